@@ -1,0 +1,392 @@
+"""The two-stage engine: stage 1 (hard fit) → evidence → probe → record → reserve → certificate.
+
+``fit`` never probes: stage 1 plus an evidence lookup. ``admit`` (``canary.probe`` and the
+evidence store) runs both stages and commits evidence, reservation and certificate together.
+
+The evidence store is reached through ``EvidenceAccess``. When the default SQLite store does not
+exist yet, ``fit`` answers from stage 1 alone without importing SQLAlchemy ("no evidence yet"),
+which keeps ``gpu-fit`` fast; a store that exists but cannot be read is an operational error
+(exit 4), never an empty answer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from canary.certificate import (
+    Certificate,
+    DecidedBy,
+    DeviceRef,
+    EvidenceRef,
+    Expiry,
+    HardFit,
+    ProbeSummary,
+    ReservationRef,
+    ResidentRef,
+    Verdict,
+)
+from canary.errors import InputError
+from canary.hardfit import check, choose_regime, parse_regime
+from canary.hardfit.regime import Regime
+from canary.policy import Policy
+from canary.profile import WorkloadProfile
+from canary.snapshot import DeviceSnapshot, Resident
+
+if TYPE_CHECKING:
+    from canary.backends import ResolvedDevice
+    from canary.catalog import DeviceSpec
+    from evidence_store.keys import PairKey
+
+REVALIDATION_TRIGGERS = (
+    "evidence TTL passes",
+    "driver version changes",
+    "candidate workload version (binary) changes",
+    "a resident's workload version changes",
+    "shape family changes",
+    "device sharing state (MIG layout, MPS, compute mode) changes",
+)
+
+
+@dataclass(frozen=True)
+class PairEvidence:
+    """What the store says about one (resident, candidate) pair; ``outcome=None``: nothing usable."""
+
+    resident: str
+    key: PairKey | None
+    outcome: str | None
+    ids: tuple[str, ...] = ()
+    timestamp: dt.datetime | None = None
+    confidence: float | None = None
+    slowdown_pct: float | None = None
+    interval_pct: tuple[float, float] | None = None
+    sources: tuple[str, ...] = ()
+    cross_driver: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One admission question, fully loaded and validated."""
+
+    device: ResolvedDevice
+    candidate: WorkloadProfile
+    policy: Policy
+    regime: Regime
+    regime_chosen_by: str
+
+    @property
+    def snapshot(self) -> DeviceSnapshot:
+        return self.device.snapshot
+
+    @property
+    def spec(self) -> DeviceSpec:
+        return self.device.spec
+
+    @property
+    def device_id(self) -> str:
+        """What reservations are booked against: the UUID of a live device, else the device reference."""
+        snap = self.snapshot
+        if snap.uuid:
+            return snap.uuid
+        if self.device.kind == "file":
+            return f"file:{Path(self.device.ref).resolve()}"
+        return f"sim:{self.spec.name}"
+
+
+def build_request(
+    device: ResolvedDevice,
+    candidate: WorkloadProfile,
+    policy: Policy,
+    *,
+    extra_residents: tuple[WorkloadProfile, ...] = (),
+    regime: str | None = None,
+) -> Request:
+    """Add ``--resident`` profiles to the device and settle the regime."""
+    snap = device.snapshot
+    if extra_residents:
+        names = {r.name for r in snap.residents}
+        added = []
+        for profile in extra_residents:
+            name = profile.name if profile.name not in names else f"{profile.name}#{len(names) + len(added)}"
+            added.append(Resident(name=name, profile=profile))
+        snap = snap.model_copy(update={"residents": (*snap.residents, *added)})
+        from canary.backends import ResolvedDevice
+
+        device = ResolvedDevice(snapshot=snap, spec=device.spec, ref=device.ref, kind=device.kind)
+    if regime is not None:
+        chosen, why = parse_regime(regime), "given with --regime"
+    else:
+        chosen, why = choose_regime(snap, device.spec, candidate, policy)
+    return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why)
+
+
+def pair_key(req: Request, resident: Resident) -> PairKey | None:
+    from evidence_store.keys import PairKey
+
+    if resident.profile is None:
+        return None
+    return PairKey(
+        resident_version=resident.profile.version,
+        resident_shape_family=resident.profile.shape_family,
+        candidate_version=req.candidate.version,
+        candidate_shape_family=req.candidate.shape_family,
+        device_type=req.spec.name,
+        regime=str(req.regime),
+    )
+
+
+# --------------------------------------------------------------------------- evidence access
+
+
+def _default_sqlite_file() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("canary")) / "evidence.sqlite3"
+
+
+def store_url(explicit: str | None) -> str:
+    return explicit or os.environ.get("CANARY_DB_URL") or f"sqlite:///{_default_sqlite_file()}"
+
+
+def store_exists(url: str) -> bool:
+    """False only for a SQLite file that does not exist yet (nothing recorded); servers are assumed to."""
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+        return path == ":memory:" or Path(path).exists()
+    return True
+
+
+class EvidenceAccess:
+    """Reads evidence and reservations from the store for stage-1 and cache decisions."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = store_url(url)
+        self.present = store_exists(self.url)
+        self._engine: Any = None
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            from evidence_store.engine import check_schema, open_store
+
+            self._engine = open_store(self.url)
+            check_schema(self._engine)
+        return self._engine
+
+    def reserved_bytes(self, device_id: str, now: dt.datetime) -> int:
+        if not self.present:
+            return 0
+        from evidence_store import repository
+        from evidence_store.engine import session_scope
+
+        with session_scope(self.engine, read_only=True) as session:
+            return int(repository.reserved_bytes(session, device_id, now))
+
+    def lookup(self, req: Request, resident: Resident, now: dt.datetime) -> PairEvidence:
+        if resident.profile is None:
+            return PairEvidence(resident.name, None, None,
+                                reason=f"resident {resident.name} has no profile, so no pairwise evidence can be keyed")
+        key = pair_key(req, resident)
+        assert key is not None
+        if not self.present:
+            return PairEvidence(resident.name, key, None, reason=f"no evidence store yet ({self.url}): no evidence for this pair")
+        from evidence_store import repository
+        from evidence_store.engine import session_scope
+
+        policy = req.policy
+        with session_scope(self.engine, read_only=True) as session:
+            res = repository.lookup(
+                session,
+                key,
+                driver_version=req.snapshot.driver_version,
+                now=now,
+                ttl_s=policy.evidence_ttl_s,
+                allow_cross_driver=policy.allow_cross_driver_evidence,
+                cross_driver_confidence_factor=policy.cross_driver_confidence_factor,
+            )
+        interval = None
+        if res.slowdown_interval is not None:
+            interval = (res.slowdown_interval[0] * 100, res.slowdown_interval[1] * 100)
+        return PairEvidence(
+            resident=resident.name,
+            key=key,
+            outcome=res.outcome,
+            ids=tuple(res.evidence_ids),
+            timestamp=res.evidence_timestamp,
+            confidence=res.confidence,
+            slowdown_pct=None if res.slowdown_estimate is None else res.slowdown_estimate * 100,
+            interval_pct=interval,
+            sources=tuple(res.sources),
+            cross_driver=res.cross_driver,
+            reason=res.reason,
+        )
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+@dataclass
+class Decision:
+    verdict: Verdict
+    reason: str
+    decided_by: DecidedBy
+    confidence: float | None = None
+    evidence: list[PairEvidence] = field(default_factory=list)
+    probe: ProbeSummary | None = None
+    reservations: tuple[ReservationRef, ...] = ()
+    predicted_slowdown_pct: tuple[float, float] | None = None
+    expires_at: dt.datetime | None = None
+
+
+def make_certificate(req: Request, hard: HardFit, decision: Decision, now: dt.datetime) -> Certificate:
+    snap, cand = req.snapshot, req.candidate
+    ev = [e for e in decision.evidence if e.ids]
+    evidence_ref = None
+    if decision.evidence:
+        stamps = [e.timestamp for e in ev if e.timestamp is not None]
+        evidence_ref = EvidenceRef(
+            ids=tuple(i for e in ev for i in e.ids),
+            evidence_timestamp=max(stamps) if stamps else None,
+            sources=tuple(sorted({s for e in ev for s in e.sources})),
+            outcome=decision.verdict if ev else None,
+            cross_driver=any(e.cross_driver for e in ev),
+            reason=" | ".join(f"{e.resident}: {e.reason}" for e in decision.evidence if e.reason),
+        )
+    ttl = req.policy.evidence_ttl_s
+    expires = decision.expires_at or (now + dt.timedelta(seconds=ttl) if decision.verdict != "unknown" else None)
+    return Certificate(
+        workload_name=cand.name,
+        workload_version=cand.version,
+        shape_family=cand.shape_family,
+        device=DeviceRef(type=req.spec.name, uuid=snap.uuid, source=snap.source, driver_version=snap.driver_version),
+        residents=tuple(
+            ResidentRef(
+                name=r.name,
+                workload_version=r.profile.version if r.profile else None,
+                shape_family=r.profile.shape_family if r.profile else None,
+                profiled=r.profile is not None,
+                observed_memory_bytes=r.observed_memory_bytes,
+            )
+            for r in snap.residents
+        ),
+        verdict=decision.verdict,
+        reason=decision.reason,
+        hard_fit=hard.verdict,
+        regime=hard.regime,
+        regime_chosen_by=req.regime_chosen_by,
+        limiting_resource=hard.limiting_resource,
+        findings=hard.findings,
+        resource_reservations=decision.reservations,
+        shared_contention_dimensions=hard.shared_contention_dimensions,
+        evidence=evidence_ref,
+        profile_coverage=cand.provenance.coverage,
+        predicted_slowdown_range=decision.predicted_slowdown_pct,
+        confidence=decision.confidence,
+        expiry_or_revalidation_trigger=Expiry(
+            expires_at=expires, ttl_s=ttl if decision.verdict != "unknown" else None, triggers=REVALIDATION_TRIGGERS
+        ),
+        decided_by=decision.decided_by,
+        probe=decision.probe,
+        caveats=hard.caveats,
+        policy=req.policy.name,
+        issued_at=now,
+        simulated=snap.source == "simulated" or (decision.probe.simulated if decision.probe else False),
+    )
+
+
+def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0) -> HardFit:
+    return check(req.snapshot, req.spec, req.candidate, req.policy, req.regime,
+                 reserved_bytes_by_others=reserved_bytes_by_others)
+
+
+def _hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:
+    """A decision stage 1 settles by itself, or ``None`` when interference must be judged."""
+    lim = hard.limiting_finding
+    if hard.verdict == "no":
+        assert lim is not None
+        return Decision("reject", f"does not fit: {lim.resource} — {lim.detail or 'demand exceeds availability'}",
+                        "hard-fit", confidence=1.0)
+    if hard.verdict == "unknown":
+        assert lim is not None
+        unprofiled = [r.name for r in req.snapshot.residents if r.profile is None]
+        if unprofiled and req.policy.on_unprofiled_resident == "reject":
+            return Decision("reject", f"policy {req.policy.name} rejects next to unprofiled resident(s) "
+                            f"{', '.join(unprofiled)}; stage 1 could not decide {lim.resource}: {lim.detail}", "policy")
+        return Decision("unknown", f"cannot tell whether it fits: {lim.resource} — {lim.detail}", "hard-fit")
+    if not req.snapshot.residents:
+        return Decision("admit", "fits, and nothing else runs on the device", "hard-fit", confidence=1.0)
+    if req.regime.kind == "mig":
+        return Decision("admit", "fits in its own MIG instance: SMs, memory and L2 are isolated from the residents "
+                        "(PCIe and power stay shared)", "hard-fit", confidence=1.0)
+    return None
+
+
+def _cache_decision(req: Request, evidence: list[PairEvidence]) -> Decision:
+    """Decide from pooled evidence, or say what is missing (verdict unknown)."""
+    unsafe = [e for e in evidence if e.outcome == "unsafe"]
+    missing = [e for e in evidence if e.outcome is None]
+    low = [e for e in evidence if e.outcome == "safe" and (e.confidence or 0.0) < req.policy.min_evidence_confidence]
+    if unsafe:
+        e = unsafe[0]
+        return Decision("reject", f"evidence says the pair with {e.resident} is unsafe: {e.reason}", "cache",
+                        confidence=e.confidence, evidence=evidence,
+                        predicted_slowdown_pct=e.interval_pct)
+    if missing or low:
+        parts = [f"{e.resident}: {e.reason}" for e in missing]
+        parts += [f"{e.resident}: evidence confidence {e.confidence} is below the policy's "
+                  f"{req.policy.min_evidence_confidence}" for e in low]
+        return Decision("unknown", "fits, but interference is not yet known — " + "; ".join(parts)
+                        + " (run `canary admit` to probe)", "hard-fit", evidence=evidence)
+    confidences = [e.confidence for e in evidence if e.confidence is not None]
+    lows = [e.interval_pct[0] for e in evidence if e.interval_pct]
+    highs = [e.interval_pct[1] for e in evidence if e.interval_pct]
+    stamps = [e.timestamp for e in evidence if e.timestamp is not None]
+    expires = min(stamps) + dt.timedelta(seconds=req.policy.evidence_ttl_s) if stamps else None
+    return Decision("admit", "fits, and fresh evidence says every pair keeps its slowdown bound", "cache",
+                    confidence=min(confidences) if confidences else None, evidence=evidence,
+                    predicted_slowdown_pct=(min(lows), max(highs)) if lows and highs else None, expires_at=expires)
+
+
+def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
+    """Stage 1 and an evidence lookup; never probes."""
+    reserved = access.reserved_bytes(req.device_id, now) if access is not None else 0
+    hard = hard_fit(req, reserved_bytes_by_others=reserved)
+    decision = _hard_fit_decision(req, hard)
+    if decision is None:
+        if access is None:
+            evidence = [PairEvidence(r.name, None, None, reason="no evidence store consulted")
+                        for r in req.snapshot.residents]
+        else:
+            evidence = [access.lookup(req, r, now) for r in req.snapshot.residents]
+        decision = _cache_decision(req, evidence)
+    return make_certificate(req, hard, decision, now)
+
+
+def load_request(
+    device_ref: str,
+    candidate_path: str,
+    *,
+    resident_paths: tuple[str, ...] = (),
+    regime: str | None = None,
+    policy_ref: str | None = None,
+) -> Request:
+    """Load every file a CLI admission names; ``InputError`` names the file and field."""
+    from canary.backends import resolve_device
+    from canary.policy import load_policy
+    from canary.profile import load_profile
+
+    policy = load_policy(policy_ref)
+    candidate = load_profile(candidate_path)
+    residents = tuple(load_profile(p) for p in resident_paths)
+    device = resolve_device(device_ref)
+    if device.spec.vendor == "amd" and regime is not None and regime.startswith(("mig", "mps", "green")):
+        raise InputError(f"regime {regime} is NVIDIA-only; {device.spec.name} is an AMD device", field="--regime")
+    return build_request(device, candidate, policy, extra_residents=residents, regime=regime)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,85 @@
+"""Live or simulated device → ``DeviceSnapshot``.
+
+``resolve_device(ref)`` understands the CLI's DEVICE argument:
+
+- a catalog name (``h100-sxm``, ``H200``, an NVML name, a PCI id): an idle simulated device;
+- a snapshot file (``.yaml``/``.yml``/``.json``): a simulated device with the residents it lists;
+- ``nvml:N``, ``cuda:N``, ``rocm:N``: a live device, read through that vendor library.
+
+Vendor libraries are imported only when a live device is asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from canary.errors import InputError
+from canary.snapshot import DeviceSnapshot, MigState, MpsState, load_snapshot
+
+_LIVE = re.compile(r"^(nvml|cuda|rocm):(\d+)$")
+_SNAPSHOT_SUFFIXES = (".yaml", ".yml", ".json")
+
+if TYPE_CHECKING:  # the catalog is imported lazily below to keep start-up light
+    from canary.catalog import DeviceSpec
+
+
+@dataclass(frozen=True)
+class ResolvedDevice:
+    snapshot: DeviceSnapshot
+    spec: DeviceSpec
+    ref: str
+    kind: str  # "catalog", "file", "nvml", "cuda", "rocm"
+
+
+def idle_snapshot(spec: DeviceSpec) -> DeviceSnapshot:
+    """An idle simulated device of this model: nothing resident, default compute mode, MIG off."""
+    return DeviceSnapshot(
+        device_type=spec.name,
+        compute_mode="DEFAULT",
+        mig=MigState(enabled=False),
+        mps=MpsState(running=False, clients=0),
+        memory_total_bytes=spec.memory_bytes,
+        memory_used_bytes=0,
+        memory_reserved_bytes=spec.driver_reserve_bytes,
+        green_partitions_sms=(),
+        source="simulated",
+    )
+
+
+def resolve_device(ref: str) -> ResolvedDevice:
+    from canary.catalog import lookup
+
+    live = _LIVE.match(ref)
+    if live:
+        kind, index = live.group(1), int(live.group(2))
+        if kind == "nvml":
+            from canary.backends import nvml
+
+            snap = nvml.read_snapshot(index)
+        elif kind == "cuda":
+            from canary.backends import cuda
+
+            snap = cuda.read_snapshot(index)
+        else:
+            from canary.backends import rocm
+
+            snap = rocm.read_snapshot(index)
+        return ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=ref, kind=kind)
+    path = Path(ref)
+    if path.suffix.lower() in _SNAPSHOT_SUFFIXES or path.is_file():
+        snap = load_snapshot(path)
+        try:
+            spec = lookup(snap.device_type)
+        except InputError as exc:
+            raise InputError(exc.problem, file=ref, field="device_type") from None
+        return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind="file")
+    if ":" in ref:
+        raise InputError(
+            f"unknown device '{ref}': use a catalog name (h100-sxm), a snapshot file, or nvml:N / cuda:N / rocm:N",
+            field="DEVICE",
+        )
+    spec = lookup(ref)
+    return ResolvedDevice(snapshot=idle_snapshot(spec), spec=spec, ref=ref, kind="catalog")

@@ -1,0 +1,134 @@
+"""The output contract: ``Certificate`` and its parts.
+
+A certificate states the decision with every reason, number and piece of evidence behind it.
+JSON (``to_json``) is the machine form; ``render_table`` is the terminal form, which puts each
+measured value next to its threshold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+from pydantic import Field
+
+from canary._model import Model
+
+Verdict = Literal["admit", "reject", "unknown"]
+FitVerdict = Literal["yes", "no", "unknown"]
+DecidedBy = Literal["hard-fit", "cache", "canary", "policy"]
+Quantity = int | float | str
+
+
+class Finding(Model):
+    """One resource's stage-1 result. ``demand``/``available`` are ``None`` when unknown."""
+
+    resource: str
+    demand: Quantity | None
+    available: Quantity | None
+    unit: str
+    verdict: FitVerdict
+    source: str
+    detail: str = ""
+    subject: str | None = Field(default=None, description="the kernel, resident or instance this is about")
+
+
+class HardFit(Model):
+    regime: str
+    verdict: FitVerdict
+    findings: tuple[Finding, ...]
+    limiting_resource: str | None
+    caveats: tuple[str, ...] = ()
+    shared_contention_dimensions: tuple[str, ...] = ()
+
+    @property
+    def limiting_finding(self) -> Finding | None:
+        for f in self.findings:
+            if f.resource == self.limiting_resource and f.verdict != "yes":
+                return f
+        return None
+
+
+class DeviceRef(Model):
+    type: str
+    uuid: str | None = None
+    source: str
+    driver_version: str | None = None
+
+
+class ResidentRef(Model):
+    name: str
+    workload_version: str | None
+    shape_family: str | None
+    profiled: bool
+    observed_memory_bytes: int | None = None
+
+
+class EvidenceRef(Model):
+    ids: tuple[str, ...]
+    evidence_timestamp: dt.datetime | None
+    sources: tuple[str, ...] = ()
+    outcome: str | None = None
+    cross_driver: bool = False
+    reason: str = ""
+
+
+class ProbeSummary(Model):
+    probe_id: str
+    state: str
+    outcome: str
+    time_used_s: float
+    exposure_used: int
+    windows: int
+    rollback_reason: str | None
+    slowdown_estimate_pct: float | None = None
+    slowdown_interval_pct: tuple[float, float] | None = None
+    confidence: float | None = None
+    simulated: bool = False
+    budget: dict[str, float | int | bool] = Field(default_factory=dict)
+
+
+class ReservationRef(Model):
+    id: str
+    memory_bytes: int
+    mps_pct: int | None = None
+    mig_instance: str | None = None
+    lease_expires_at: dt.datetime
+
+
+class Expiry(Model):
+    expires_at: dt.datetime | None
+    ttl_s: float | None
+    triggers: tuple[str, ...]
+
+
+class Certificate(Model):
+    certificate_version: int = 1
+    workload_name: str
+    workload_version: str
+    shape_family: str
+    device: DeviceRef
+    residents: tuple[ResidentRef, ...]
+    verdict: Verdict
+    reason: str
+    hard_fit: FitVerdict
+    regime: str
+    regime_chosen_by: str
+    limiting_resource: str | None
+    findings: tuple[Finding, ...]
+    resource_reservations: tuple[ReservationRef, ...] = ()
+    shared_contention_dimensions: tuple[str, ...] = ()
+    evidence: EvidenceRef | None = None
+    profile_coverage: float | None = None
+    predicted_slowdown_range: tuple[float, float] | None = None
+    confidence: float | None = None
+    expiry_or_revalidation_trigger: Expiry
+    decided_by: DecidedBy
+    probe: ProbeSummary | None = None
+    caveats: tuple[str, ...] = ()
+    policy: str
+    issued_at: dt.datetime
+    simulated: bool = False
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)

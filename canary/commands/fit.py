@@ -1,0 +1,49 @@
+"""``canary fit`` / ``gpu-fit``: stage 1 plus an evidence lookup. Never probes.
+
+Kept light: it imports SQLAlchemy only when a pair fits and an evidence store exists."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from canary.errors import EXIT_ADMIT, EXIT_REJECT, EXIT_UNKNOWN
+
+VERDICT_EXIT = {"admit": EXIT_ADMIT, "reject": EXIT_REJECT, "unknown": EXIT_UNKNOWN}
+
+
+def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("device", metavar="DEVICE",
+                        help="catalog name (idle simulated device), snapshot file, or nvml:N / cuda:N / rocm:N")
+    parser.add_argument("profile", metavar="PROFILE", help="the candidate's workload profile (YAML or JSON)")
+    parser.add_argument("--resident", action="append", default=[], metavar="PROFILE",
+                        help="a resident's profile, added to the device's residents (repeatable)")
+    parser.add_argument("--regime", help="timeslice, streams, mps:PCT, mig:PROFILE or green:SMS "
+                        "(default: follows the device's sharing state)")
+    parser.add_argument("--policy", help="policy name from policies/ or a file (default: default)")
+    parser.add_argument("--json", action="store_true", help="print the certificate as JSON")
+    parser.add_argument("--no-store", action="store_true", help="do not consult the evidence store")
+    parser.set_defaults(handler=run)
+
+
+def add_parser(sub: Any) -> None:
+    parser = sub.add_parser("fit", help="stage-1 fit and evidence lookup; never probes",
+                            description="Stage-1 fit and evidence lookup; never probes. Exit 0 admit, "
+                            "1 reject, 3 unknown, 2 bad input, 4 operational failure.")
+    add_fit_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from canary.admission import EvidenceAccess, fit, load_request, utcnow
+    from canary.render import certificate_text
+
+    req = load_request(args.device, args.profile, resident_paths=tuple(args.resident),
+                       regime=args.regime, policy_ref=args.policy)
+    access = None if args.no_store else EvidenceAccess(args.db)
+    cert = fit(req, access, utcnow())
+    if args.json:
+        sys.stdout.write(cert.to_json() + "\n")
+    else:
+        sys.stdout.write(certificate_text(cert, verbose=bool(args.verbose)) + "\n")
+    return VERDICT_EXIT[cert.verdict]

@@ -1,0 +1,82 @@
+"""Errors raised by canary, and the exit code each one maps to.
+
+::
+
+    CanaryError                      base; never raised itself
+    ├── InputError          exit 2   bad file, field or value; names all three
+    │   └── UsageError      exit 2   bad command line
+    ├── OperationalError    exit 4   a device, library or database could not be reached
+    │   ├── DeviceUnavailable        no driver, no library, GPU lost
+    │   ├── StoreUnavailable         the evidence store is unreachable after retries
+    │   └── SchemaOutOfDate          the store needs ``canary db upgrade``
+    └── ProbeError          exit 4   a probe could not be run or rolled back
+
+Third-party errors are translated at the boundary: ``raise InputError(...) from exc``.
+"""
+
+from __future__ import annotations
+
+EXIT_ADMIT = 0
+EXIT_REJECT = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNKNOWN = 3
+EXIT_OPERATIONAL = 4
+
+
+class CanaryError(Exception):
+    """Base of every error canary raises on purpose."""
+
+    exit_code: int = EXIT_OPERATIONAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(CanaryError):
+    """Bad input: the message names the file, the field and the problem."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, problem: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.problem = problem
+        where = []
+        if file:
+            where.append(str(file))
+        if field:
+            where.append(f"field '{field}'")
+        prefix = ": ".join(where)
+        super().__init__(f"{prefix}: {problem}" if prefix else problem)
+
+
+class UsageError(InputError):
+    """A bad command line (unknown option value, missing argument)."""
+
+
+class OperationalError(CanaryError):
+    """Something outside canary failed: a device, a vendor library, a database."""
+
+    exit_code = EXIT_OPERATIONAL
+
+
+class DeviceUnavailable(OperationalError):
+    """The device, its driver or its management library cannot be reached."""
+
+
+class StoreUnavailable(OperationalError):
+    """The evidence store cannot be reached (after retries)."""
+
+
+class SchemaOutOfDate(OperationalError):
+    """The evidence store's schema is older (or newer) than this canary expects."""
+
+
+class ProbeError(CanaryError):
+    """A probe could not be started, or its rollback could not be verified."""
+
+    exit_code = EXIT_OPERATIONAL

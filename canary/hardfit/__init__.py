@@ -1,0 +1,101 @@
+"""Stage 1 — hard fit: can the candidate physically run here, in this regime?
+
+Pure arithmetic over declared and observed numbers (no IO, no clock). Every check returns every
+finding (not just the first shortfall); the verdict is *no* if any finding is *no*, else *unknown*
+if any is *unknown*, else *yes*. The limiting resource is the first *no* — or, without one, the
+first *unknown* — in the stable order of ``CHECKS``::
+
+    compute_mode, sharing_mode, mig_slices, mig_instances, mig_placement, mps_server, mps_clients,
+    mps_pinned_memory, green_sms, hbm, resident_kernels, candidate_kernels, registers,
+    shared_memory, warps, blocks
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from canary.certificate import Finding, FitVerdict, HardFit
+from canary.hardfit._context import Check, FitContext
+from canary.hardfit.compute import check_sm_coresidency
+from canary.hardfit.memory import check_hbm
+from canary.hardfit.modes import check_compute_mode, check_sharing_mode
+from canary.hardfit.partitions import GREEN_CAVEAT, check_green, check_mig, check_mps
+from canary.hardfit.regime import Regime, choose_regime, parse_regime
+
+if TYPE_CHECKING:
+    from canary.catalog import DeviceSpec
+    from canary.policy import Policy
+    from canary.profile import WorkloadProfile
+    from canary.snapshot import DeviceSnapshot
+
+__all__ = ["CHECKS", "RESOURCE_ORDER", "FitContext", "Regime", "check", "choose_regime", "parse_regime"]
+
+# Registered in one place, in the order that decides the limiting resource.
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("compute_mode", check_compute_mode),
+    ("sharing_mode", check_sharing_mode),
+    ("mig", check_mig),
+    ("mps", check_mps),
+    ("green", check_green),
+    ("hbm", check_hbm),
+    ("sm_coresidency", check_sm_coresidency),
+)
+
+RESOURCE_ORDER: tuple[str, ...] = (
+    "compute_mode", "sharing_mode", "mig_slices", "mig_instances", "mig_placement", "mps_server",
+    "mps_clients", "mps_pinned_memory", "green_sms", "hbm", "sm_coresidency", "resident_kernels",
+    "candidate_kernels", "registers", "shared_memory", "warps", "blocks",
+)  # fmt: skip
+
+SHARED_CONTENTION: dict[str, tuple[str, ...]] = {
+    "timeslice": ("time_slices", "memory_capacity_growth", "pcie", "power"),
+    "streams": ("dram_bandwidth", "l2_cache", "sm_issue_slots", "time_overlap", "power", "pcie"),
+    "mps": ("dram_bandwidth", "l2_cache", "sm_issue_slots", "time_overlap", "power", "pcie"),
+    "mig": ("pcie", "power"),
+    "green": ("dram_bandwidth", "l2_cache", "time_overlap", "power", "pcie"),
+}
+
+
+def _order(f: Finding) -> int:
+    try:
+        return RESOURCE_ORDER.index(f.resource)
+    except ValueError:
+        return len(RESOURCE_ORDER)
+
+
+def check(
+    snapshot: DeviceSnapshot,
+    spec: DeviceSpec,
+    candidate: WorkloadProfile,
+    policy: Policy,
+    regime: Regime,
+    *,
+    reserved_bytes_by_others: int | None = 0,
+) -> HardFit:
+    """Run every stage-1 check; return all findings, the verdict and the limiting resource."""
+    ctx = FitContext(snapshot, spec, candidate, policy, regime, reserved_bytes_by_others)
+    findings: list[Finding] = []
+    for _name, fn in CHECKS:
+        findings.extend(fn(ctx))
+    findings.sort(key=_order)  # stable: ties keep check order
+    verdict: FitVerdict = "yes"
+    limiting = None
+    for wanted in ("no", "unknown"):
+        hit = next((f for f in findings if f.verdict == wanted), None)
+        if hit is not None:
+            verdict, limiting = wanted, hit.resource  # type: ignore[assignment]
+            break
+    caveats: list[str] = []
+    if regime.kind == "green":
+        caveats.append(GREEN_CAVEAT)
+    if regime.kind == "timeslice":
+        caveats.append("under time-slicing the candidate's kernels wait for the residents' time slices; "
+                       "the delay follows the residents' duty cycle and is judged in stage 2")
+    return HardFit(
+        regime=str(regime),
+        verdict=verdict,
+        findings=tuple(findings),
+        limiting_resource=limiting,
+        caveats=tuple(caveats),
+        shared_contention_dimensions=SHARED_CONTENTION[regime.kind],
+    )

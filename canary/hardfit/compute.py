@@ -1,0 +1,184 @@
+"""SM co-residency: can a candidate block become resident beside the resident's blocks?
+
+Applies where kernels of resident and candidate run on the same SMs at the same time (``mps``,
+``streams``) and must: a resident with persistent kernels (they never leave the SMs) or a
+latency-critical candidate (it cannot wait for the resident's kernels to drain).
+
+Per SM, the resident's blocks hold registers, shared memory, warps and block slots exactly as the
+occupancy rules of ``cuda_occupancy.h`` allocate them (``canary.occupancy.block_footprint``);
+what is left must hold one block of each candidate kernel. Registers are allocated per warp in
+256-register units from one of four sub-partitions; warps spread over the sub-partitions, so the
+fullest sub-partition is what a new block's warps must fit beside (for a lone kernel this is the
+reference rule ⌊4·⌊(regs/SM/4)/regs-per-warp⌋/warps⌋). Shared memory is compared against the
+largest carveout the device allows: a *no* is certain; a *yes* assumes the driver could configure
+that carveout, which the certificate's detail says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from canary.certificate import Finding, FitVerdict
+from canary.hardfit._context import FitContext, finding
+
+if TYPE_CHECKING:
+    from canary.catalog import DeviceSpec
+    from canary.profile import KernelSpec
+
+SUBPARTITIONS = 4
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    """A kernel's per-block footprint and its standalone occupancy on one device."""
+
+    warps: int
+    registers_per_warp: int
+    shared_bytes: int
+    active_blocks_per_sm: int
+    limiting: frozenset[str]
+
+
+_CACHE: dict[tuple[str, int, int, int, int], _Kernel] = {}
+
+
+def _kernel(spec: DeviceSpec, k: KernelSpec) -> _Kernel:
+    key = (spec.name, k.registers_per_thread, k.threads_per_block, k.static_shared_bytes, k.dynamic_shared_bytes)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    from canary.occupancy import block_footprint, cuda_occupancy
+
+    fp = block_footprint(
+        spec,
+        registers_per_thread=k.registers_per_thread,
+        threads_per_block=k.threads_per_block,
+        static_shared_bytes=k.static_shared_bytes,
+        dynamic_shared_bytes=k.dynamic_shared_bytes,
+    )
+    occ = cuda_occupancy(
+        spec,
+        registers_per_thread=k.registers_per_thread,
+        threads_per_block=k.threads_per_block,
+        static_shared_bytes=k.static_shared_bytes,
+        dynamic_shared_bytes=k.dynamic_shared_bytes,
+    )
+    result = _Kernel(fp.warps, fp.registers_per_warp, fp.shared_memory_bytes, occ.active_blocks_per_sm, occ.limiting)
+    _CACHE[key] = result
+    return result
+
+
+@dataclass
+class _SmLoad:
+    """What resident blocks hold on the fullest SM."""
+
+    blocks: int = 0
+    warps: int = 0
+    subpartition_registers: int = 0  # on the fullest sub-partition
+    shared_bytes: int = 0
+    sms_covered: int = 0
+    by: tuple[str, ...] = ()
+
+    def add(self, k: _Kernel, blocks: int, sms: int, label: str) -> None:
+        self.blocks += blocks
+        self.warps += blocks * k.warps
+        self.subpartition_registers += math.ceil(blocks * k.warps / SUBPARTITIONS) * k.registers_per_warp
+        self.shared_bytes += blocks * k.shared_bytes
+        self.sms_covered += sms
+        self.by = (*self.by, f"{label}×{blocks}/SM")
+
+
+def _usable_sms(spec: DeviceSpec, mps_pct: int | None) -> int:
+    if mps_pct is None:
+        return spec.sm_count
+    return max(1, math.floor(spec.sm_count * mps_pct / 100))
+
+
+def _applies(ctx: FitContext) -> bool:
+    if not ctx.regime.concurrent:
+        return False
+    if ctx.candidate.latency_critical:
+        return True
+    return any(r.profile is None or any(k.persistent for k in r.profile.kernels) or not r.profile.kernels
+               for r in ctx.snapshot.residents)
+
+
+def check_sm_coresidency(ctx: FitContext) -> list[Finding]:
+    if not _applies(ctx):
+        return []
+    spec = ctx.spec
+    if spec.vendor != "nvidia":
+        return [finding("sm_coresidency", None, None, "blocks", "unknown", "catalog",
+                        f"co-residency rules for {spec.vendor} devices are not modelled for concurrent regimes")]
+    out: list[Finding] = []
+    load = _SmLoad()
+    unknown: list[str] = []
+    for resident in ctx.snapshot.residents:
+        if resident.profile is None:
+            unknown.append(f"resident {resident.name} has no profile: its registers, shared memory and warps are unknown")
+            continue
+        if not resident.profile.kernels:
+            unknown.append(f"resident {resident.name}'s profile declares no kernels")
+            continue
+        usable = _usable_sms(spec, resident.mps_active_thread_pct)
+        worst: tuple[_Kernel, int, int, str] | None = None
+        for k in resident.profile.kernels:
+            if not (k.persistent or ctx.candidate.latency_critical):
+                continue
+            kk = _kernel(spec, k)
+            if k.grid_blocks is None:
+                unknown.append(f"resident {resident.name} kernel {k.name}: grid_blocks not declared, so blocks per SM are unknown")
+                continue
+            per_sm = min(kk.active_blocks_per_sm, math.ceil(k.grid_blocks / usable))
+            sms = min(usable, k.grid_blocks)
+            if k.persistent:
+                load.add(kk, per_sm, sms, f"{resident.name}/{k.name}")
+            elif worst is None or per_sm * kk.warps > worst[1] * worst[0].warps:
+                # Non-persistent kernels of one resident run one at a time: count the heaviest.
+                worst = (kk, per_sm, sms, f"{resident.name}/{k.name}")
+        if worst is not None:
+            load.add(*worst)
+    if unknown:
+        return [finding("resident_kernels", "resident kernel resources", None, "kernels", "unknown",
+                        "declared", "; ".join(unknown))]
+
+    free_sms = spec.sm_count - load.sms_covered
+    reg_per_sub = spec.registers_per_sm // SUBPARTITIONS
+    max_warps = spec.max_threads_per_sm // spec.warp_size
+    smem_sm = spec.shared_memory_per_sm_bytes
+    worst_margin: dict[str, tuple[float, Finding]] = {}
+    for k in ctx.candidate.kernels:
+        kk = _kernel(spec, k)
+        if kk.active_blocks_per_sm == 0:
+            lim = sorted(kk.limiting)[0] if kk.limiting else "blocks"
+            out.append(finding(lim if lim != "warps" else "warps", k.threads_per_block, 0, "threads", "no", k.source,
+                               f"kernel {k.name} cannot launch on {spec.name} at all (limited by {', '.join(sorted(kk.limiting))})",
+                               subject=k.name))
+            continue
+        if free_sms > 0:
+            continue  # an SM with no resident block takes it, as the occupancy rules allow
+        need_regs = math.ceil(kk.warps / SUBPARTITIONS) * kk.registers_per_warp
+        rows: list[tuple[str, int, int, str]] = [
+            ("registers", need_regs * SUBPARTITIONS, (reg_per_sub - load.subpartition_registers) * SUBPARTITIONS, "registers"),
+            ("shared_memory", kk.shared_bytes, smem_sm - load.shared_bytes, "bytes"),
+            ("warps", kk.warps, max_warps - load.warps, "warps"),
+            ("blocks", 1, spec.max_blocks_per_sm - load.blocks, "blocks"),
+        ]
+        for resource, demand, available, unit in rows:
+            verdict: FitVerdict = "yes" if demand <= available else "no"
+            margin = (available - demand) / max(demand, 1)
+            f = finding(resource, demand, max(available, 0), unit, verdict, f"{k.source} + occupancy rules",
+                        f"candidate kernel {k.name} beside resident blocks ({', '.join(load.by)}) on every SM",
+                        subject=k.name)
+            if resource not in worst_margin or margin < worst_margin[resource][0]:
+                worst_margin[resource] = (margin, f)
+    if not ctx.candidate.kernels:
+        return [finding("candidate_kernels", "candidate kernel resources", None, "kernels", "unknown", "declared",
+                        "the candidate's profile declares no kernels, so SM co-residency cannot be checked")]
+    if free_sms > 0 and not out:
+        return [finding("blocks", 1, free_sms, "SMs", "yes", "declared + occupancy rules",
+                        f"{free_sms} of {spec.sm_count} SMs hold no resident block ({', '.join(load.by) or 'none'})")]
+    out.extend(f for _, f in (worst_margin[r] for r in ("registers", "shared_memory", "warps", "blocks") if r in worst_margin))
+    return out

@@ -1,0 +1,62 @@
+"""Compute mode and sharing-mode acceptance: may a second context join at all, in this regime?"""
+
+from __future__ import annotations
+
+from canary.certificate import Finding
+from canary.hardfit._context import FitContext, finding
+from canary.profile import SharingModes
+
+
+def _accepts(sharing: SharingModes, ctx: FitContext) -> bool:
+    regime = ctx.regime
+    if regime.kind == "timeslice":
+        return sharing.timeslice
+    if regime.kind == "streams":
+        return sharing.streams
+    if regime.kind == "mps":
+        return sharing.mps_active_thread_pct is not None
+    if regime.kind == "mig":
+        return regime.mig_profile in sharing.mig_profiles
+    return sharing.green_sms is not None
+
+
+def check_compute_mode(ctx: FitContext) -> list[Finding]:
+    mode = ctx.snapshot.compute_mode
+    source = "observed" if ctx.snapshot.source not in ("file", "simulated") else ctx.snapshot.source
+    residents = len(ctx.snapshot.residents)
+    if ctx.regime.kind == "mig":
+        # Compute mode applies per MIG compute instance; a new instance has its own.
+        return [finding("compute_mode", "own GPU instance", mode or "unknown", "mode", "yes", source,
+                        "a new MIG instance is not shared with the residents")]
+    if mode is None:
+        reason = ctx.snapshot.unknown_reasons.get("compute_mode", "the snapshot does not say")
+        return [finding("compute_mode", "second context", None, "mode", "unknown", source, f"compute mode unknown: {reason}")]
+    if mode == "PROHIBITED":
+        return [finding("compute_mode", "second context", mode, "mode", "no", source, "compute mode PROHIBITED allows no CUDA context")]
+    if mode == "EXCLUSIVE_PROCESS":
+        if residents == 0:
+            return [finding("compute_mode", "first context", mode, "mode", "yes", source, "no resident holds the device")]
+        if ctx.regime.kind == "mps" and ctx.snapshot.mps.running:
+            return [finding("compute_mode", "MPS client", mode, "mode", "yes", source,
+                            "MPS clients share the MPS server's context, which EXCLUSIVE_PROCESS allows")]
+        return [finding("compute_mode", "second context", mode, "mode", "no", source,
+                        f"EXCLUSIVE_PROCESS allows one context and {residents} resident(s) hold it")]
+    return [finding("compute_mode", "second context", mode, "mode", "yes", source)]
+
+
+def check_sharing_mode(ctx: FitContext) -> list[Finding]:
+    """The candidate, and every profiled resident, must accept the regime."""
+    regime = str(ctx.regime)
+    out: list[Finding] = []
+    if not _accepts(ctx.candidate.sharing, ctx):
+        out.append(finding("sharing_mode", regime, "not accepted", "mode", "no", "declared",
+                           f"the candidate's profile does not accept {regime}", subject=ctx.candidate.name))
+    if ctx.regime.kind != "mig":  # MIG residents live in other instances
+        for resident in ctx.snapshot.residents:
+            if resident.profile is not None and not _accepts(resident.profile.sharing, ctx):
+                out.append(finding("sharing_mode", regime, "not accepted", "mode", "no", "declared",
+                                   f"resident {resident.name} does not accept {regime}", subject=resident.name))
+    if not out:
+        out.append(finding("sharing_mode", regime, "accepted", "mode", "yes", "declared",
+                           "candidate and profiled residents accept this regime"))
+    return out

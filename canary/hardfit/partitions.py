@@ -1,0 +1,134 @@
+"""MIG placements, MPS clients and limits, Green Context SM partitions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from canary.certificate import Finding
+from canary.errors import InputError
+from canary.hardfit._context import FitContext, finding
+from canary.units import format_bytes
+
+if TYPE_CHECKING:
+    from canary.catalog import DeviceSpec, MigPlacement, MigProfile
+    from canary.snapshot import DeviceSnapshot
+
+GREEN_CAVEAT = (
+    "green-context SM partitions are disjoint but do not guarantee concurrency "
+    "(CUDA driver API documentation); the pair still shares DRAM bandwidth and L2"
+)
+
+
+def _occupied(snapshot: DeviceSnapshot) -> list[tuple[int, int]]:
+    return [(i.start, i.start + i.size) for i in snapshot.mig.instances]
+
+
+def free_mig_placement(snapshot: DeviceSnapshot, spec: DeviceSpec, profile: MigProfile) -> MigPlacement | None:
+    """The first valid placement of ``profile`` that overlaps no existing instance, else ``None``."""
+    taken = _occupied(snapshot)
+    for placement in profile.placements:
+        lo, hi = placement.start, placement.start + placement.size
+        if all(hi <= a or lo >= b for a, b in taken):
+            return placement
+    return None
+
+
+def check_mig(ctx: FitContext) -> list[Finding]:
+    if ctx.regime.kind != "mig":
+        return []
+    snap, spec = ctx.snapshot, ctx.spec
+    name = ctx.regime.mig_profile or ""
+    if not spec.mig_profiles:
+        return [finding("mig_placement", name, "MIG not supported", "placement", "no",
+                        f"catalog ({spec.source('mig_profiles')})", f"{spec.name} has no MIG")]
+    try:
+        profile = spec.mig_profile(name)
+    except InputError as exc:
+        return [finding("mig_placement", name, None, "placement", "no", "catalog", exc.problem)]
+    if snap.mig.enabled is None:
+        return [finding("mig_placement", profile.name, None, "placement", "unknown", snap.source,
+                        f"MIG mode unknown: {snap.unknown_reasons.get('mig', 'the snapshot does not say')}")]
+    if not snap.mig.enabled:
+        return [finding("mig_placement", profile.name, "MIG disabled", "placement", "no", snap.source,
+                        "MIG is disabled on this device; enabling it needs the GPU drained and reset")]
+    total_slices = spec.mig_memory_slices
+    if total_slices is None:
+        return [finding("mig_slices", profile.memory_slices, None, "memory slices", "unknown", "catalog",
+                        f"the number of MIG memory slices of {spec.name} is unknown")]
+    used_slices = sum(i.size for i in snap.mig.instances)
+    free_slices = total_slices - used_slices
+    src = f"catalog ({profile.source('placements')}) + {snap.source} instances"
+    out = [finding("mig_slices", profile.memory_slices, free_slices, "memory slices",
+                   "yes" if profile.memory_slices <= free_slices else "no", src,
+                   f"{len(snap.mig.instances)} instance(s) hold {used_slices} of {total_slices} slices")]
+    same = sum(1 for i in snap.mig.instances if i.profile == profile.name)
+    if same >= profile.max_instances:
+        out.append(finding("mig_instances", same + 1, profile.max_instances, "instances", "no", src,
+                           f"{profile.name} allows at most {profile.max_instances} instance(s)"))
+    placement = free_mig_placement(snap, spec, profile)
+    starts = ", ".join(f"{p.start}" for p in profile.placements)
+    taken = ", ".join(f"[{a},{b})" for a, b in _occupied(snap)) or "none"
+    if placement is None:
+        out.append(finding("mig_placement", profile.name, "no free placement", "placement", "no", src,
+                           f"{profile.name} may start at slice {starts} (size {profile.placements[0].size}); "
+                           f"taken: {taken}"))
+    else:
+        out.append(finding("mig_placement", profile.name, f"start {placement.start}", "placement", "yes", src,
+                           f"free placement at slices [{placement.start},{placement.start + placement.size}); taken: {taken}"))
+    return out
+
+
+def check_mps(ctx: FitContext) -> list[Finding]:
+    if ctx.regime.kind != "mps":
+        return []
+    snap, spec = ctx.snapshot, ctx.spec
+    mps = snap.mps
+    out: list[Finding] = []
+    if mps.running is None:
+        return [finding("mps_server", "running", None, "state", "unknown", snap.source,
+                        f"MPS state unknown: {snap.unknown_reasons.get('mps', 'the snapshot does not say')}")]
+    if not mps.running:
+        return [finding("mps_server", "running", "not running", "state", "no", snap.source,
+                        "no MPS control daemon; the residents would have to restart as MPS clients")]
+    limit = mps.max_clients if mps.max_clients is not None else spec.mps_max_clients
+    limit_src = "observed" if mps.max_clients is not None else f"catalog ({spec.source('mps_max_clients')})"
+    if mps.clients is None or limit is None:
+        out.append(finding("mps_clients", None if mps.clients is None else mps.clients + 1, limit, "clients",
+                           "unknown", limit_src, "MPS client count or limit unknown"))
+    else:
+        out.append(finding("mps_clients", mps.clients + 1, limit, "clients",
+                           "yes" if mps.clients + 1 <= limit else "no", limit_src,
+                           f"{mps.clients} client(s) connected"))
+    peak = ctx.candidate.memory.peak_bytes
+    if mps.pinned_memory_limit_bytes is None:
+        out.append(finding("mps_pinned_memory", peak, None, "bytes", "unknown", snap.source,
+                           "whether a per-client pinned device-memory limit is set is unknown "
+                           "(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"))
+    else:
+        limit_bytes = mps.pinned_memory_limit_bytes
+        out.append(finding("mps_pinned_memory", peak, limit_bytes, "bytes",
+                           "yes" if peak <= limit_bytes else "no", snap.source,
+                           f"per-client pinned limit {format_bytes(limit_bytes)}"))
+    return out
+
+
+def check_green(ctx: FitContext) -> list[Finding]:
+    if ctx.regime.kind != "green":
+        return []
+    spec, snap = ctx.spec, ctx.snapshot
+    want = ctx.regime.green_sms or 0
+    minimum, align = spec.green_min_partition_sms, spec.green_sm_alignment
+    src = f"catalog ({spec.source('green_sm_alignment')})"
+    if minimum is None or align is None:
+        return [finding("green_sms", want, None, "SMs", "unknown", src,
+                        f"{spec.name}: green-context partition granularity unknown (no green contexts?)")]
+    rounded = max(minimum, -(-want // align) * align)
+    if snap.green_partitions_sms is None:
+        return [finding("green_sms", rounded, None, "SMs", "unknown", snap.source,
+                        "SMs held by existing green-context partitions are unknown")]
+    held = sum(snap.green_partitions_sms)
+    # Partitions are carved in whole alignment groups; the remainder below one group is unusable.
+    available = ((spec.sm_count - held) // align) * align
+    detail = (f"{want} SMs round up to {rounded} (minimum {minimum}, alignment {align}); "
+              f"{held} of {spec.sm_count} SMs already partitioned. {GREEN_CAVEAT}")
+    return [finding("green_sms", rounded, available, "SMs", "yes" if rounded <= available else "no", src, detail)]

@@ -1,0 +1,76 @@
+"""Policy: memory headroom, risk budgets per workload class, evidence TTL, what to do on unknown.
+
+Policies live in ``policies/*.yaml`` (``default`` and one per workload class); ``--policy`` takes
+a name from there or a path. A policy is validated when it is loaded, so a bad one fails before
+any admission, naming the file and field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from canary._model import Model, load_document
+from canary.errors import InputError
+from canary.probe.budget import RiskBudget
+from canary.profile import WorkloadClass
+from canary.units import Bytes
+
+POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
+WORKLOAD_CLASSES: tuple[WorkloadClass, ...] = ("online-inference", "batch", "training")
+
+
+class Policy(Model):
+    name: str = Field(min_length=1)
+    description: str = ""
+    memory_headroom_pct: float = Field(default=5.0, ge=0, le=50)
+    memory_headroom_bytes: Bytes = 0
+    assumed_driver_reserve_bytes: Bytes | None = Field(
+        default=None,
+        description="context/driver reserve per device when neither the snapshot nor the catalog knows it; "
+        "None keeps it unknown",
+    )
+    per_context_overhead_bytes: Bytes = Field(
+        default=0, description="memory a new CUDA context costs the candidate on top of its own peak"
+    )
+    evidence_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    min_evidence_confidence: float = Field(default=0.9, gt=0, le=1)
+    allow_cross_driver_evidence: bool = False
+    cross_driver_confidence_factor: float = Field(default=0.5, gt=0, le=1)
+    on_unprofiled_resident: Literal["unknown", "reject"] = "unknown"
+    on_probe_inconclusive: Literal["unknown", "reject"] = "unknown"
+    reservation_lease_s: float = Field(default=3600.0, gt=0)
+    mps_default_active_thread_pct: int = Field(default=50, ge=1, le=100)
+    risk_budgets: dict[WorkloadClass, RiskBudget]
+
+    @model_validator(mode="after")
+    def _every_class_has_a_budget(self) -> Policy:
+        missing = [c for c in WORKLOAD_CLASSES if c not in self.risk_budgets]
+        if missing:
+            raise ValueError(f"risk_budgets lacks the workload class(es): {', '.join(missing)}")
+        return self
+
+    def budget_for(self, workload_class: WorkloadClass) -> RiskBudget:
+        return self.risk_budgets[workload_class]
+
+    def headroom_bytes(self, total_bytes: int) -> int:
+        """The larger of the absolute and the relative headroom."""
+        return max(self.memory_headroom_bytes, int(total_bytes * self.memory_headroom_pct / 100))
+
+
+def available_policies() -> list[str]:
+    return sorted(p.stem for p in POLICY_DIR.glob("*.yaml"))
+
+
+def load_policy(name_or_path: str | Path | None = None) -> Policy:
+    """Load ``policies/<name>.yaml`` or a file path; ``None`` loads ``default``."""
+    ref = str(name_or_path) if name_or_path is not None else "default"
+    path = Path(ref)
+    if not path.suffix:
+        path = POLICY_DIR / f"{ref}.yaml"
+        if not path.is_file():
+            known = ", ".join(available_policies()) or "none found"
+            raise InputError(f"no policy named '{ref}' (known: {known})", field="--policy")
+    return load_document(Policy, path)
