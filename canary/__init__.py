@@ -34,7 +34,29 @@ _EXPORTS: dict[str, str] = {
     "occupancy": "canary.occupancy",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "CanaryError",
+    "Certificate",
+    "DeviceSnapshot",
+    "Finding",
+    "HardFit",
+    "InputError",
+    "KernelSpec",
+    "MemoryEnvelope",
+    "OperationalError",
+    "Policy",
+    "Resident",
+    "RiskBudget",
+    "WorkloadProfile",
+    "__version__",
+    "admit",
+    "fit",
+    "load_policy",
+    "load_profile",
+    "load_snapshot",
+    "lookup_device",
+    "occupancy",
+]
 
 _RENAMES = {"lookup_device": "lookup", "occupancy": "cuda_occupancy"}
 

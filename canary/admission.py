@@ -12,6 +12,7 @@ which keeps ``gpu-fit`` fast; a store that exists but cannot be read is an opera
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,7 @@ def build_request(
     snap = device.snapshot
     if extra_residents:
         names = {r.name for r in snap.residents}
-        added = []
+        added: list[Resident] = []
         for profile in extra_residents:
             name = profile.name if profile.name not in names else f"{profile.name}#{len(names) + len(added)}"
             added.append(Resident(name=name, profile=profile))
@@ -390,3 +391,301 @@ def load_request(
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+# --------------------------------------------------------------------------- both stages
+
+
+class StoreJournal:
+    """The probe journal over the evidence store: each write is its own committed transaction,
+    because the row must exist before the candidate starts and survive a crash of this process."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def _now(self) -> dt.datetime:
+        return utcnow()
+
+    def start(self, probe_id: str, key_json: dict[str, Any], owner: str, lease_s: float, pid: int, pgid: int,
+              budget_json: dict[str, Any]) -> None:
+        from evidence_store import repository
+        from evidence_store.engine import session_scope
+        from evidence_store.keys import PairKey
+
+        with session_scope(self.engine) as session:
+            repository.journal_start(session, probe_id=probe_id, key=PairKey.from_dict(key_json), owner=owner,
+                                     lease_s=lease_s, pid=pid, pgid=pgid, budget_json=budget_json, now=self._now())
+
+    def heartbeat(self, probe_id: str, lease_s: float) -> None:
+        from evidence_store import repository
+        from evidence_store.engine import session_scope
+
+        with session_scope(self.engine) as session:
+            repository.journal_heartbeat(session, probe_id, lease_s, self._now())
+
+    def finish(self, probe_id: str, state: str, result_json: dict[str, Any]) -> None:
+        from evidence_store import repository
+        from evidence_store.engine import session_scope
+
+        with session_scope(self.engine) as session:
+            repository.journal_update(session, probe_id, state=state, result_json=result_json,  # type: ignore[arg-type]
+                                      now=self._now())
+
+
+def open_store_for_writing(url: str | None, *, announce: Any = None) -> Any:
+    """The store's engine, at the current schema. A default SQLite file that does not exist yet is
+    created at the current schema (zero setup); an existing store on an older schema is never
+    migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
+    from evidence_store.engine import check_schema, open_store, upgrade
+
+    resolved = store_url(url)
+    if not store_exists(resolved):
+        Path(resolved[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        upgrade(resolved)
+        if announce is not None:
+            announce(f"created a new evidence store at {resolved}")
+    engine = open_store(resolved)
+    check_schema(engine)
+    return engine
+
+
+ProgressFn = Any  # Callable[[ProbeProgress], None]; kept loose so this module does not import anyio types
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    resident: str
+    key: PairKey
+    result: Any  # canary.probe.orchestrator.ProbeResult
+
+
+async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal: Any, progress: ProgressFn,
+                      seed: int) -> ProbeRun:
+    from canary.probe import make_executor, make_monitor
+    from canary.probe.orchestrator import run_probe
+
+    assert resident.profile is not None
+    budget = req.policy.budget_for(resident.profile.workload_class)
+    sim_device = None
+    handle = None
+    if req.device.kind in ("catalog", "file"):
+        from canary.sim import SimDevice
+
+        sim_device = SimDevice.from_snapshot(req.snapshot, req.spec, seed=seed, regime=str(req.regime))
+        handle = next((h for h in sim_device.handles() if h.startswith(f"resident:{resident.name}#")), None)
+    elif (req.candidate.canary is None or req.candidate.canary.executor == "sim"):
+        raise InputError("a live device needs the candidate's canary executor to be 'process' or 'cuda'",
+                         field="canary.executor")
+    executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
+    monitor = make_monitor(resident.profile, sim_device=sim_device, sim_resident_handle=handle)
+    slo = resident.profile.slo.latency_p99_ms if resident.profile.slo else None
+    import uuid
+
+    result = await run_probe(
+        probe_id=f"probe-{uuid.uuid4()}",
+        budget=budget.override(max_resident_slowdown_pct=_slowdown_bound(resident.profile, budget.max_resident_slowdown_pct)),
+        executor=executor,
+        monitor=monitor,
+        journal=journal,
+        key_json=key.as_dict(),
+        progress=progress,
+        slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
+    )
+    return ProbeRun(resident.name, key, result)
+
+
+def _slowdown_bound(resident: WorkloadProfile, budget_pct: float) -> float:
+    """The stricter of the policy's bound and the resident's own SLO bound."""
+    if resident.slo is not None and resident.slo.max_slowdown_pct is not None:
+        return min(budget_pct, resident.slo.max_slowdown_pct)
+    return budget_pct
+
+
+def _evidence_in(req: Request, run: ProbeRun, now: dt.datetime) -> Any:
+    from evidence_store.schemas import EvidenceIn
+
+    r = run.result
+    est = r.slowdown_estimate_pct
+    interval = r.slowdown_interval_pct
+    finite = interval is not None and all(abs(v) != float("inf") for v in interval) and est is not None
+    return EvidenceIn(
+        probe_id=r.probe_id,
+        key=run.key,
+        driver_version=req.snapshot.driver_version,
+        cuda_version=req.snapshot.cuda_driver_version,
+        device_uuid=req.snapshot.uuid,
+        source="canary",
+        outcome=r.outcome,
+        resident_slowdown=None if est is None or est != est or abs(est) == float("inf") else est / 100,
+        resident_slowdown_low=interval[0] / 100 if finite and interval else None,
+        resident_slowdown_high=interval[1] / 100 if finite and interval else None,
+        samples=r.samples,
+        exposure_used=r.exposure_used,
+        time_used_s=r.time_used_s,
+        confidence=r.confidence,
+        created_at=now,
+        expires_at=now + dt.timedelta(seconds=req.policy.evidence_ttl_s),
+    )
+
+
+def _reservation_capacity(req: Request, hard: HardFit, reserved_by_others: int) -> tuple[str, int, str | None]:
+    """(device id to book against, capacity for all bookings, MIG instance) from stage 1's HBM finding."""
+    hbm = next(f for f in hard.findings if f.resource == "hbm")
+    assert isinstance(hbm.available, int)
+    if req.regime.kind == "mig":
+        placement = next((f.available for f in hard.findings if f.resource == "mig_placement"), None)
+        instance = f"{req.regime.mig_profile}@{str(placement).removeprefix('start ')}"
+        return f"{req.device_id}/mig:{instance}", hbm.available, instance
+    return req.device_id, hbm.available + reserved_by_others, None
+
+
+def _probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence]) -> Decision:
+    probe_summary = None
+    if runs:
+        r = runs[-1].result
+        probe_summary = ProbeSummary(**r.to_summary_dict())
+    outcomes = [run.result.outcome for run in runs]
+    evidence = list(cached)
+    worst = None
+    for run in runs:
+        if run.result.outcome == "unsafe":
+            worst = run
+    if worst is not None:
+        r = worst.result
+        return Decision("reject", f"the canary showed resident {worst.resident} slowing down beyond its bound "
+                        f"({_pct(r.slowdown_estimate_pct)} vs {r.budget.max_resident_slowdown_pct:g}%): "
+                        f"{r.judgment.reason if r.judgment else r.rollback_reason}", "canary",
+                        confidence=r.confidence, evidence=evidence, probe=probe_summary,
+                        predicted_slowdown_pct=probe_summary.slowdown_interval_pct if probe_summary else None)
+    if any(o != "safe" for o in outcomes):
+        bad = next(run for run in runs if run.result.outcome != "safe")
+        r = bad.result
+        reason = (f"the canary could not decide for resident {bad.resident} within its budget "
+                  f"({r.outcome}: {r.judgment.reason if r.judgment else r.rollback_reason})")
+        verdict: Verdict = "reject" if req.policy.on_probe_inconclusive == "reject" else "unknown"
+        return Decision(verdict, reason, "canary", confidence=None, evidence=evidence, probe=probe_summary)
+    confidences = [run.result.confidence for run in runs if run.result.confidence is not None]
+    confidences += [e.confidence for e in cached if e.confidence is not None]
+    lows = [run.result.slowdown_interval_pct[0] for run in runs if run.result.slowdown_interval_pct]
+    highs = [run.result.slowdown_interval_pct[1] for run in runs if run.result.slowdown_interval_pct]
+    return Decision("admit", "fits, and the canary showed every resident within its slowdown bound", "canary",
+                    confidence=min(confidences) if confidences else None, evidence=evidence, probe=probe_summary,
+                    predicted_slowdown_pct=(min(lows), max(highs)) if lows and highs else None)
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}%"
+
+
+async def admit_async(
+    req: Request,
+    *,
+    db_url: str | None = None,
+    probe: bool = True,
+    progress: ProgressFn = None,
+    announce: Any = None,
+    seed: int = 0,
+    now: Any = None,
+) -> Certificate:
+    """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
+    reservation and certificate committed together (or nothing). ``now`` is a clock function."""
+    from evidence_store import repository
+    from evidence_store.engine import session_scope
+    from evidence_store.errors import ReservationConflict
+
+    clock = now or utcnow
+    engine = open_store_for_writing(db_url, announce=announce)
+    access = EvidenceAccess(db_url)
+    access._engine, access.present = engine, True
+    started = clock()
+    reserved_by_others = access.reserved_bytes(req.device_id, started)
+    hard = hard_fit(req, reserved_bytes_by_others=reserved_by_others)
+    decision = _hard_fit_decision(req, hard)
+    runs: list[ProbeRun] = []
+    if decision is None:
+        evidence = [access.lookup(req, r, started) for r in req.snapshot.residents]
+        decision = _cache_decision(req, evidence)
+        missing = [(r, e) for r, e in zip(req.snapshot.residents, evidence, strict=True)
+                   if e.outcome is None and e.key is not None]
+        if decision.verdict == "unknown" and missing and probe and not any(
+                e.outcome is None and e.key is None for e in evidence):
+            journal = StoreJournal(engine)
+            for i, (resident, e) in enumerate(missing):
+                assert e.key is not None
+                runs.append(await _probe_pair(req, resident, e.key, journal=journal, progress=progress, seed=seed + i))
+            cached = [e for e in evidence if e.outcome is not None]
+            decision = _probe_decision(req, runs, cached)
+    finished = clock()
+    with session_scope(engine) as session:
+        recorded_ids: list[str] = []
+        for run in runs:
+            out = repository.record_evidence(session, _evidence_in(req, run, finished))
+            recorded_ids.append(out.id)
+        if recorded_ids:
+            decision.evidence.append(PairEvidence(
+                resident=",".join(run.resident for run in runs), key=None, outcome=decision.verdict,
+                ids=tuple(recorded_ids), timestamp=finished, confidence=decision.confidence,
+                sources=("canary",), reason="recorded by this admission's probe(s)"))
+        if decision.verdict == "admit":
+            device_id, capacity, instance = _reservation_capacity(req, hard, reserved_by_others)
+            demand = req.candidate.memory.peak_bytes + req.policy.per_context_overhead_bytes
+            try:
+                booking = repository.reserve(
+                    session, device_id=device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
+                    memory_bytes=demand, mig_instance=instance, capacity_memory_bytes=capacity,
+                    lease_s=req.policy.reservation_lease_s, now=finished)
+                decision.reservations = (ReservationRef(id=booking.id, memory_bytes=booking.memory_bytes,
+                                                        mig_instance=instance,
+                                                        lease_expires_at=booking.expires_at),)
+            except ReservationConflict as exc:
+                decision = Decision("reject", f"another admission booked the memory first: {exc}", "hard-fit",
+                                    confidence=1.0, evidence=decision.evidence, probe=decision.probe)
+        cert = make_certificate(req, hard, decision, finished)
+        repository.record_certificate(session, json.loads(cert.to_json()),
+                                      [i for e in decision.evidence for i in e.ids])
+    return cert
+
+
+def admit(req: Request, **kwargs: Any) -> Certificate:
+    """``admit_async`` from synchronous code."""
+    import anyio
+
+    async def _go() -> Certificate:
+        return await admit_async(req, **kwargs)
+
+    return anyio.run(_go)
+
+
+def record_feedback(
+    req: Request,
+    *,
+    resident_name: str,
+    db_url: str | None,
+    observed_slowdown_pct: float | None,
+    now: dt.datetime,
+) -> str:
+    """Record a production SLO violation for an admitted pair; it outweighs earlier passes."""
+    import uuid
+
+    from evidence_store import repository
+    from evidence_store.engine import session_scope
+    from evidence_store.schemas import EvidenceIn
+
+    resident = next((r for r in req.snapshot.residents if r.name == resident_name), None)
+    if resident is None:
+        names = ", ".join(r.name for r in req.snapshot.residents) or "none"
+        raise InputError(f"no resident named {resident_name!r} (residents: {names})", field="--resident-name")
+    key = pair_key(req, resident)
+    if key is None:
+        raise InputError(f"resident {resident_name!r} has no profile, so no pair key", field="--resident-name")
+    engine = open_store_for_writing(db_url)
+    rec = EvidenceIn(
+        probe_id=f"feedback-{uuid.uuid4()}", key=key, driver_version=req.snapshot.driver_version,
+        cuda_version=req.snapshot.cuda_driver_version, device_uuid=req.snapshot.uuid, source="production",
+        outcome="unsafe", resident_slowdown=None if observed_slowdown_pct is None else observed_slowdown_pct / 100,
+        samples=0, exposure_used=0, time_used_s=0.0, confidence=None, created_at=now,
+        expires_at=now + dt.timedelta(seconds=req.policy.evidence_ttl_s),
+    )
+    with session_scope(engine) as session:
+        out = repository.record_evidence(session, rec)
+    return str(out.id)

@@ -80,10 +80,11 @@ def check(
     findings.sort(key=_order)  # stable: ties keep check order
     verdict: FitVerdict = "yes"
     limiting = None
+    wanted: FitVerdict
     for wanted in ("no", "unknown"):
         hit = next((f for f in findings if f.verdict == wanted), None)
         if hit is not None:
-            verdict, limiting = wanted, hit.resource  # type: ignore[assignment]
+            verdict, limiting = wanted, hit.resource
             break
     caveats: list[str] = []
     if regime.kind == "green":

@@ -9,7 +9,8 @@ occupancy rules of ``cuda_occupancy.h`` allocate them (``canary.occupancy.block_
 what is left must hold one block of each candidate kernel. Registers are allocated per warp in
 256-register units from one of four sub-partitions; warps spread over the sub-partitions, so the
 fullest sub-partition is what a new block's warps must fit beside (for a lone kernel this is the
-reference rule ⌊4·⌊(regs/SM/4)/regs-per-warp⌋/warps⌋). Shared memory is compared against the
+reference rule ⌊4·⌊(regs/SM/4)/regs-per-warp⌋/warps⌋, so for one kernel beside copies of
+itself the answer equals the reference's blocks-per-SM limit exactly). Shared memory is compared against the
 largest carveout the device allows: a *no* is certain; a *yes* assumes the driver could configure
 that carveout, which the certificate's detail says.
 """
@@ -17,7 +18,7 @@ that carveout, which the certificate's detail says.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from canary.certificate import Finding, FitVerdict
@@ -72,22 +73,40 @@ def _kernel(spec: DeviceSpec, k: KernelSpec) -> _Kernel:
 
 @dataclass
 class _SmLoad:
-    """What resident blocks hold on the fullest SM."""
+    """What resident blocks hold on the fullest SM.
+
+    Registers live in four sub-partitions; a block's warps are dealt to the sub-partition with the
+    fewest warps (round robin), each taking its granularity-rounded register allocation there."""
 
     blocks: int = 0
     warps: int = 0
-    subpartition_registers: int = 0  # on the fullest sub-partition
     shared_bytes: int = 0
     sms_covered: int = 0
     by: tuple[str, ...] = ()
+    subpartition_warps: list[int] = field(default_factory=lambda: [0] * SUBPARTITIONS)
+    subpartition_registers: list[int] = field(default_factory=lambda: [0] * SUBPARTITIONS)
 
     def add(self, k: _Kernel, blocks: int, sms: int, label: str) -> None:
         self.blocks += blocks
         self.warps += blocks * k.warps
-        self.subpartition_registers += math.ceil(blocks * k.warps / SUBPARTITIONS) * k.registers_per_warp
         self.shared_bytes += blocks * k.shared_bytes
         self.sms_covered += sms
         self.by = (*self.by, f"{label}×{blocks}/SM")
+        for _ in range(blocks * k.warps):
+            i = self.subpartition_warps.index(min(self.subpartition_warps))
+            self.subpartition_warps[i] += 1
+            self.subpartition_registers[i] += k.registers_per_warp
+
+    def candidate_warp_room(self, registers_per_sm: int, registers_per_warp: int) -> int:
+        """How many warps of this register size still fit across the four sub-partitions."""
+        per_sub = registers_per_sm // SUBPARTITIONS
+        if registers_per_warp == 0:
+            return 1 << 30
+        return sum(max(0, per_sub - used) // registers_per_warp for used in self.subpartition_registers)
+
+    def free_registers(self, registers_per_sm: int) -> int:
+        per_sub = registers_per_sm // SUBPARTITIONS
+        return sum(max(0, per_sub - used) for used in self.subpartition_registers)
 
 
 def _usable_sms(spec: DeviceSpec, mps_pct: int | None) -> int:
@@ -145,7 +164,6 @@ def check_sm_coresidency(ctx: FitContext) -> list[Finding]:
                         "declared", "; ".join(unknown))]
 
     free_sms = spec.sm_count - load.sms_covered
-    reg_per_sub = spec.registers_per_sm // SUBPARTITIONS
     max_warps = spec.max_threads_per_sm // spec.warp_size
     smem_sm = spec.shared_memory_per_sm_bytes
     worst_margin: dict[str, tuple[float, Finding]] = {}
@@ -159,9 +177,14 @@ def check_sm_coresidency(ctx: FitContext) -> list[Finding]:
             continue
         if free_sms > 0:
             continue  # an SM with no resident block takes it, as the occupancy rules allow
-        need_regs = math.ceil(kk.warps / SUBPARTITIONS) * kk.registers_per_warp
+        room = load.candidate_warp_room(spec.registers_per_sm, kk.registers_per_warp)
+        need_regs = kk.warps * kk.registers_per_warp
+        # Registers fit when the block's warps fit in the sub-partitions' leftovers; `available`
+        # shows the registers left, and equals demand or more exactly when the warps fit.
+        free_regs = load.free_registers(spec.registers_per_sm)
+        regs_available = free_regs if room >= kk.warps else min(free_regs, need_regs - 1)
         rows: list[tuple[str, int, int, str]] = [
-            ("registers", need_regs * SUBPARTITIONS, (reg_per_sub - load.subpartition_registers) * SUBPARTITIONS, "registers"),
+            ("registers", need_regs, regs_available, "registers"),
             ("shared_memory", kk.shared_bytes, smem_sm - load.shared_bytes, "bytes"),
             ("warps", kk.warps, max_warps - load.warps, "warps"),
             ("blocks", 1, spec.max_blocks_per_sm - load.blocks, "blocks"),

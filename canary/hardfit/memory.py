@@ -8,7 +8,7 @@ candidate cannot fit even with that term at its most favourable (zero usage); ot
 
 from __future__ import annotations
 
-from canary.certificate import Finding
+from canary.certificate import Finding, FitVerdict
 from canary.errors import InputError
 from canary.hardfit._context import FitContext, finding
 from canary.snapshot import Resident
@@ -42,8 +42,10 @@ def memory_terms(ctx: FitContext) -> dict[str, tuple[int | None, str]]:
     """Every term of the HBM balance with its source; ``None`` = unknown."""
     snap, spec, policy = ctx.snapshot, ctx.spec, ctx.policy
     terms: dict[str, tuple[int | None, str]] = {}
+    total_src: str
     if snap.memory_total_bytes is not None:
-        total, total_src = snap.memory_total_bytes, "observed" if snap.source not in ("file", "simulated") else snap.source
+        total = snap.memory_total_bytes
+        total_src = "observed" if snap.source not in ("file", "simulated") else snap.source
     else:
         total, total_src = spec.memory_bytes, f"catalog ({spec.source('memory_bytes')})"
     terms["total"] = (total, total_src)
@@ -117,7 +119,7 @@ def check_hbm(ctx: FitContext) -> list[Finding]:
                             f"does not fit even if the unknown terms ({', '.join(unknown)}) were zero; {detail}")]
         return [finding("hbm", demand, None, "bytes", "unknown", source,
                         f"unknown: {', '.join(f'{n} ({terms[n][1]})' for n in unknown)}; {detail}")]
-    verdict = "yes" if demand <= best_case else "no"
+    verdict: FitVerdict = "yes" if demand <= best_case else "no"
     return [finding("hbm", demand, best_case, "bytes", verdict, source, detail)]
 
 
@@ -134,7 +136,7 @@ def _check_mig_memory(ctx: FitContext) -> list[Finding]:
                         f"the memory of MIG profile {profile.name} on {ctx.spec.name} is unknown", subject=profile.name)]
     headroom = ctx.policy.headroom_bytes(profile.memory_bytes)
     available = profile.memory_bytes - headroom
-    verdict = "yes" if demand <= available else "no"
+    verdict: FitVerdict = "yes" if demand <= available else "no"
     return [finding("hbm", demand, available, "bytes", verdict, f"catalog ({profile.source('memory_bytes')})",
                     f"MIG instance {profile.name}: {format_bytes(profile.memory_bytes)} − headroom {format_bytes(headroom)}",
                     subject=profile.name)]

@@ -53,7 +53,7 @@ def parse_regime(text: str) -> Regime:
     if kind in ("timeslice", "streams"):
         if arg:
             raise InputError(f"regime '{kind}' takes no argument, got '{raw}'", field="--regime")
-        return Regime(kind)  # type: ignore[arg-type]
+        return Regime("streams" if kind == "streams" else "timeslice")
     if not arg:
         raise InputError(f"regime '{kind}' needs an argument, e.g. mps:50, mig:1g.18gb, green:32", field="--regime")
     if kind == "mig":
