@@ -1,0 +1,169 @@
+"""The device catalog: GPU models with a citation for every number, and lookup by any name.
+
+``lookup`` accepts a canonical name (``h100-sxm``), an alias (``H100``), an NVML name string
+(``NVIDIA H100 80GB HBM3``) or a PCI device id (``"0x2330"``, ``0x2330``, NVML's combined
+``0x233010DE``), case-insensitively. The data file (``devices.yaml``) is read and validated once
+per process; a broken file fails loudly naming the device and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from canary.catalog._schema import build_catalog
+from canary.catalog._spec import (
+    CdnaSpec,
+    DeviceSpec,
+    MigPlacement,
+    MigProfile,
+    UnknownCatalogField,
+    UnknownDevice,
+    UnknownMigProfile,
+    Vendor,
+)
+from canary.errors import InputError
+
+__all__ = [
+    "CATALOG_FILE",
+    "CdnaSpec",
+    "DeviceSpec",
+    "MigPlacement",
+    "MigProfile",
+    "UnknownCatalogField",
+    "UnknownDevice",
+    "UnknownMigProfile",
+    "Vendor",
+    "all_devices",
+    "load_catalog",
+    "lookup",
+]
+
+CATALOG_FILE = "devices.yaml"
+
+# Vendor prefixes NVML/amdsmi put in front of product names; a query may omit them.
+_VENDOR_PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-")
+_PCI_QUERY_RE = re.compile(r"^(?:0x)?([0-9a-f]{4}):(?:0x)?([0-9a-f]{4})$|^0x([0-9a-f]{4}|[0-9a-f]{8})$")
+
+
+def _normalize(text: str) -> str:
+    """Case, spaces, underscores and hyphens do not matter: ``H100 SXM`` == ``h100-sxm``."""
+    return re.sub(r"[\s_\-]+", "-", text.strip().lower()).strip("-")
+
+
+def _strip_vendor(key: str) -> str:
+    for prefix in _VENDOR_PREFIXES:
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    return key
+
+
+def load_catalog(text: str, file: str = CATALOG_FILE) -> tuple[DeviceSpec, ...]:
+    """Parse and validate catalog YAML text; raises ``InputError`` naming the device and field."""
+    try:
+        # libyaml's loader where PyYAML has it: the catalog loads on every `gpu-fit` run.
+        data: Any = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML: {exc}", file=file) from exc
+    specs = build_catalog(data, file)
+    _build_index(specs, file)  # also checks that no lookup key is claimed by two devices
+    return specs
+
+
+@functools.cache
+def all_devices() -> tuple[DeviceSpec, ...]:
+    """Every device in the packaged catalog, in file order."""
+    text = resources.files("canary.catalog").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
+    return load_catalog(text, file=f"canary/catalog/{CATALOG_FILE}")
+
+
+def _build_index(specs: tuple[DeviceSpec, ...], file: str) -> dict[str, DeviceSpec]:
+    index: dict[str, DeviceSpec] = {}
+
+    def claim(key: str, spec: DeviceSpec, what: str) -> None:
+        owner = index.get(key)
+        if owner is not None and owner.name != spec.name:
+            raise InputError(
+                f"{what} {key!r} of {spec.name} is already claimed by {owner.name}",
+                file=file,
+                field=f"devices[{spec.name}]",
+            )
+        index[key] = spec
+
+    for spec in specs:
+        claim(_normalize(spec.name), spec, "name")
+        for alias in spec.aliases:
+            claim(_normalize(alias), spec, "alias")
+        for nvml_name in spec.nvml_names:
+            key = _normalize(nvml_name)
+            claim(key, spec, "NVML name")
+            claim(_strip_vendor(key), spec, "NVML name")
+        for device_id in spec.pci_device_ids:
+            claim(f"pci:{spec.pci_vendor_id:04x}:{device_id:04x}", spec, "PCI id")
+    return index
+
+
+@functools.cache
+def _index() -> dict[str, DeviceSpec]:
+    return _build_index(all_devices(), CATALOG_FILE)
+
+
+def _pci_key(query: str | int) -> str | None:
+    """``pci:<vendor>:<device>`` for a PCI-id query, ``pci:*:<device>`` when no vendor is given."""
+    if isinstance(query, int):
+        if query < 0:
+            return None
+        if query > 0xFFFF:  # NVML's pciDeviceId: device << 16 | vendor
+            return f"pci:{query & 0xFFFF:04x}:{query >> 16:04x}"
+        return f"pci:*:{query:04x}"
+    match = _PCI_QUERY_RE.match(query.strip().lower())
+    if match is None:
+        return None
+    if match.group(1) is not None:
+        return f"pci:{match.group(1)}:{match.group(2)}"
+    digits = match.group(3)
+    if len(digits) == 8:
+        return f"pci:{digits[4:]}:{digits[:4]}"
+    return f"pci:*:{digits}"
+
+
+def lookup(query: str | int) -> DeviceSpec:
+    """The catalog device for a name, alias, NVML name or PCI id.
+
+    Raises :class:`UnknownDevice` (an ``InputError``, exit 2) when nothing matches; its message
+    suggests the closest catalog names.
+    """
+    if isinstance(query, bool) or not isinstance(query, str | int):
+        raise UnknownDevice(f"device must be a name or a PCI id, not {type(query).__name__}", field="device")
+    index = _index()
+    pci = _pci_key(query)
+    if pci is not None:
+        vendor, device = pci.split(":")[1:]
+        for key, spec in index.items():
+            if key.startswith("pci:") and key.endswith(f":{device}") and vendor in ("*", key.split(":")[1]):
+                return spec
+        raise UnknownDevice(
+            f"no catalog device has PCI id {query if isinstance(query, str) else hex(query)}", field="device"
+        )
+    if isinstance(query, int):
+        raise UnknownDevice(f"no catalog device has PCI id {query}", field="device")
+    key = _normalize(query)
+    for candidate in (key, _strip_vendor(key)):
+        found = index.get(candidate)
+        if found is not None:
+            return found
+    names = sorted({spec.name for spec in index.values()})
+    candidates = [k for k in index if not k.startswith("pci:")]
+    close = difflib.get_close_matches(_strip_vendor(key), candidates, n=5, cutoff=0.5)
+    suggestions: list[str] = []
+    for match in close:
+        name = index[match].name
+        if name not in suggestions:
+            suggestions.append(name)
+    hint = f"; closest: {', '.join(suggestions[:3])}" if suggestions else ""
+    raise UnknownDevice(f"unknown device {query!r}{hint} (catalog: {', '.join(names)})", field="device")

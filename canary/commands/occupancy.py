@@ -1,0 +1,275 @@
+"""``canary occupancy`` — theoretical occupancy of one kernel configuration on a catalog device.
+
+NVIDIA devices use the rules of ``cuda_occupancy.h`` (``--regs``, ``--threads``, shared memory,
+``--carveout``); AMD CDNA devices use LLVM's AMDGPU rules (``--vgprs``, ``--agprs``, ``--sgprs``,
+``--lds``, ``--threads`` as the workgroup size). The device decides which; flags of the other
+vendor are refused. Sizes accept units: ``49152``, ``48KiB``, ``48K``, ``1MiB``, ``48kB``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import TYPE_CHECKING, Any
+
+from canary.errors import EXIT_ADMIT, InputError
+
+if TYPE_CHECKING:
+    from canary.catalog import DeviceSpec
+    from canary.occupancy import CdnaOccupancyResult, OccupancyResult
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "ki": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mi": 1024**2,
+    "mib": 1024**2,
+}
+# Case matters for the SI spelling: kB is 1000. KB and MB are refused: NVIDIA's documents write
+# "48 KB" for 48 KiB, so guessing either way would be silently wrong half the time.
+_SI_UNITS = {"kB": 1000}
+_AMBIGUOUS_UNITS = {"KB", "Kb", "MB", "mb", "Mb", "mB"}
+
+_CUDA_FIELDS = (
+    "compute_capability",
+    "registers_per_sm",
+    "registers_per_block",
+    "warp_size",
+    "max_threads_per_sm",
+    "max_threads_per_block",
+    "max_blocks_per_sm",
+    "shared_memory_per_sm_bytes",
+    "shared_memory_per_block_bytes",
+    "shared_memory_per_block_optin_bytes",
+    "reserved_shared_memory_per_block_bytes",
+)
+_CDNA_FIELDS = (
+    "warp_size",
+    "max_threads_per_block",
+    "cdna.simds_per_cu",
+    "cdna.max_waves_per_simd",
+    "cdna.vgprs_per_simd",
+    "cdna.vgpr_alloc_granule",
+    "cdna.max_arch_vgprs",
+    "cdna.max_vgprs_per_wave",
+    "cdna.agpr_base_alignment",
+    "cdna.sgprs_per_simd",
+    "cdna.sgpr_alloc_granule",
+    "cdna.max_sgprs_per_wave",
+    "cdna.lds_per_cu_bytes",
+    "cdna.lds_alloc_granule_bytes",
+    "cdna.max_workgroup_size",
+    "cdna.max_workgroup_barrier_slots",
+)
+
+
+def parse_size_bytes(text: str, option: str) -> int:
+    """Bytes from ``49152``, ``48KiB``, ``48K``, ``1MiB`` or ``48kB``; ``InputError`` otherwise."""
+    match = _SIZE_RE.match(text)
+    if match is None:
+        raise InputError(f"{text!r} is not a size (examples: 49152, 48KiB, 1MiB)", field=option)
+    number, unit = int(match.group(1)), match.group(2)
+    if unit in _SI_UNITS:
+        return number * _SI_UNITS[unit]
+    if unit in _AMBIGUOUS_UNITS:
+        raise InputError(
+            f"unit {unit!r} is ambiguous: write KiB/MiB (powers of 1024) or kB (1000)", field=option
+        )
+    factor = _SIZE_UNITS.get(unit.lower())
+    if factor is None:
+        raise InputError(f"unknown size unit {unit!r} (use B, KiB, MiB or kB)", field=option)
+    return number * factor
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "occupancy",
+        help="theoretical occupancy of a kernel configuration on a catalog device",
+        description=(
+            "Blocks per SM (NVIDIA, the rules of cuda_occupancy.h) or workgroups per CU (AMD CDNA, "
+            "LLVM's AMDGPU rules) and the resources that limit them."
+        ),
+    )
+    parser.add_argument(
+        "--device", required=True, help="catalog name, alias, NVML name or PCI id (e.g. h100, 0x2330)"
+    )
+    parser.add_argument(
+        "--threads", required=True, type=int, help="threads per block (AMD: work-items per workgroup)"
+    )
+    nvidia = parser.add_argument_group("NVIDIA devices")
+    nvidia.add_argument("--regs", type=int, help="registers per thread")
+    nvidia.add_argument("--static-smem", default=None, help="static shared memory per block (default 0)")
+    nvidia.add_argument("--dynamic-smem", default=None, help="dynamic shared memory per block (default 0)")
+    nvidia.add_argument(
+        "--carveout", type=int, default=None, help="shared-memory carveout percent, -1 (default) to 100"
+    )
+    nvidia.add_argument(
+        "--barriers", type=int, default=None, help="block barriers the kernel uses (default 1)"
+    )
+    amd = parser.add_argument_group("AMD CDNA devices")
+    amd.add_argument("--vgprs", type=int, help="architectural VGPRs per wave")
+    amd.add_argument("--agprs", type=int, default=None, help="accumulation VGPRs per wave (default 0)")
+    amd.add_argument("--sgprs", type=int, default=None, help="SGPRs per wave (default 0)")
+    amd.add_argument("--lds", default=None, help="LDS per workgroup (default 0)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def _refuse(args: argparse.Namespace, names: tuple[str, ...], vendor: str) -> None:
+    for name in names:
+        if getattr(args, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{flag} applies to {vendor} devices only", field=flag)
+
+
+def _limit_text(value: int | None) -> str:
+    return "unlimited" if value is None else str(value)
+
+
+def _render_cuda(
+    spec: DeviceSpec, args: argparse.Namespace, sizes: dict[str, int], result: OccupancyResult
+) -> str:
+    from canary.occupancy import CUDA_OCC_HEADER_VERSION
+
+    assert spec.compute_capability is not None
+    major, minor = spec.compute_capability
+    carveout = "default" if args.carveout in (None, -1) else f"{args.carveout}%"
+    lines = [
+        f"{spec.name} (cc {major}.{minor}): {args.regs} regs/thread, {args.threads} threads/block, "
+        f"static {sizes['static']} B, dynamic {sizes['dynamic']} B, carveout {carveout}",
+        "",
+        f"{'limit':<16}{'blocks/SM':>10}",
+    ]
+    rows = (
+        ("registers", "registers", result.block_limit_registers),
+        ("shared memory", "shared_memory", result.block_limit_shared_memory),
+        ("warps", "warps", result.block_limit_warps),
+        ("blocks", "blocks", result.block_limit_blocks),
+        ("barriers", "barriers", result.block_limit_barriers),
+    )
+    for label, key, value in rows:
+        mark = "  <- limiting" if key in result.limiting else ""
+        lines.append(f"{label:<16}{_limit_text(value):>10}{mark}")
+    lines += [
+        f"{'active':<16}{result.active_blocks_per_sm:>10}  "
+        f"({result.active_warps_per_sm} of {result.max_warps_per_sm} warps, {result.occupancy_pct:.1f}% occupancy)",
+        "",
+        f"allocated per block: {result.allocated_registers_per_block} registers, "
+        f"{result.allocated_shared_memory_per_block} B shared memory; SM carveout "
+        + ("n/a" if result.shared_memory_config_bytes is None else f"{result.shared_memory_config_bytes} B"),
+        f"rules: {CUDA_OCC_HEADER_VERSION}; device numbers: catalog (see --json for sources)",
+    ]
+    return "\n".join(lines)
+
+
+def _render_cdna(spec: DeviceSpec, args: argparse.Namespace, lds: int, result: CdnaOccupancyResult) -> str:
+    lines = [
+        f"{spec.name} ({spec.architecture}): {args.vgprs} VGPRs, {args.agprs or 0} AGPRs, {args.sgprs or 0} SGPRs, "
+        f"LDS {lds} B, workgroup {args.threads} ({result.waves_per_workgroup} waves)",
+        "",
+        f"{'limit':<16}{'workgroups/CU':>14}",
+    ]
+    rows = (
+        ("VGPRs", "vgprs", result.workgroup_limit_vgprs),
+        ("SGPRs", "sgprs", result.workgroup_limit_sgprs),
+        ("LDS", "lds", result.workgroup_limit_lds),
+        ("wave slots", "waves", result.workgroup_limit_waves),
+        ("barrier slots", "workgroup_slots", result.workgroup_limit_workgroup_slots),
+    )
+    for label, key, value in rows:
+        mark = "  <- limiting" if key in result.limiting else ""
+        lines.append(f"{label:<16}{_limit_text(value):>14}{mark}")
+    lines += [
+        f"{'active':<16}{result.workgroups_per_cu:>14}  ({result.waves_per_cu} of {result.max_waves_per_cu} waves, "
+        f"{result.waves_per_simd} per SIMD, {result.occupancy_pct:.1f}% occupancy)",
+        "rules: LLVM AMDGPU (gfx90a/gfx942); device numbers: catalog (see --json for sources)",
+    ]
+    return "\n".join(lines)
+
+
+# Library argument names → the command-line flags a user typed.
+_FLAGS = {
+    "registers_per_thread": "--regs",
+    "threads_per_block": "--threads",
+    "workgroup_size": "--threads",
+    "static_shared_bytes": "--static-smem",
+    "dynamic_shared_bytes": "--dynamic-smem",
+    "carveout_pct": "--carveout",
+    "barriers": "--barriers",
+    "vgprs": "--vgprs",
+    "agprs": "--agprs",
+    "sgprs": "--sgprs",
+    "lds_bytes": "--lds",
+    "device": "--device",
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except InputError as exc:
+        flag = _FLAGS.get(exc.field or "")
+        if flag is None:
+            raise
+        raise InputError(exc.problem, file=exc.file, field=flag) from exc
+
+
+def _run(args: argparse.Namespace) -> int:
+    from canary.catalog import lookup
+    from canary.occupancy import CUDA_OCC_HEADER_VERSION, cdna_occupancy, cuda_occupancy
+
+    spec = lookup(args.device)
+    payload: dict[str, Any]
+    if spec.vendor == "nvidia":
+        _refuse(args, ("vgprs", "agprs", "sgprs", "lds"), "AMD")
+        if args.regs is None:
+            raise InputError(f"{spec.name} is an NVIDIA device: --regs is required", field="--regs")
+        sizes = {
+            "static": 0 if args.static_smem is None else parse_size_bytes(args.static_smem, "--static-smem"),
+            "dynamic": 0
+            if args.dynamic_smem is None
+            else parse_size_bytes(args.dynamic_smem, "--dynamic-smem"),
+        }
+        result = cuda_occupancy(
+            spec,
+            registers_per_thread=args.regs,
+            threads_per_block=args.threads,
+            static_shared_bytes=sizes["static"],
+            dynamic_shared_bytes=sizes["dynamic"],
+            carveout_pct=args.carveout,
+            barriers=1 if args.barriers is None else args.barriers,
+        )
+        payload = {"device": spec.name, **result.to_json()}
+        payload["sources"] = {**spec.sources(_CUDA_FIELDS), "rules": CUDA_OCC_HEADER_VERSION}
+        text = _render_cuda(spec, args, sizes, result)
+    else:
+        _refuse(args, ("regs", "static_smem", "dynamic_smem", "carveout", "barriers"), "NVIDIA")
+        if args.vgprs is None:
+            raise InputError(f"{spec.name} is an AMD device: --vgprs is required", field="--vgprs")
+        lds = 0 if args.lds is None else parse_size_bytes(args.lds, "--lds")
+        cdna_result = cdna_occupancy(
+            spec,
+            vgprs=args.vgprs,
+            agprs=args.agprs or 0,
+            sgprs=args.sgprs or 0,
+            lds_bytes=lds,
+            workgroup_size=args.threads,
+        )
+        payload = {"device": spec.name, **cdna_result.to_json()}
+        payload["sources"] = {
+            **spec.sources(_CDNA_FIELDS),
+            "rules": "LLVM AMDGPUBaseInfo.cpp (gfx90a/gfx942)",
+        }
+        text = _render_cdna(spec, args, lds, cdna_result)
+    if args.json:
+        json.dump(payload, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(text + "\n")
+    return EXIT_ADMIT

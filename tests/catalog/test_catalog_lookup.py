@@ -1,0 +1,121 @@
+"""Catalog lookup by canonical name, alias, NVML name and PCI id; unknown names get suggestions."""
+
+from __future__ import annotations
+
+import pytest
+
+from canary.catalog import DeviceSpec, UnknownDevice, UnknownMigProfile, all_devices, lookup
+from canary.errors import InputError
+
+REQUIRED = {
+    "v100-sxm2-16gb",
+    "v100-sxm2-32gb",
+    "t4",
+    "a100-40gb",
+    "a100-80gb",
+    "a10",
+    "l4",
+    "l40s",
+    "h100-sxm",
+    "h100-pcie",
+    "h200",
+    "b200",
+    "mi300x",
+}
+
+
+def test_required_devices_present() -> None:
+    assert {spec.name for spec in all_devices()} >= REQUIRED
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ("h100-sxm", "h100-sxm"),
+        ("H100", "h100-sxm"),
+        ("h100 sxm5", "h100-sxm"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("nvidia h100 80gb hbm3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("A100-PCIE-40GB", "a100-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie"),
+        ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+        ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA A10", "a10"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA B200", "b200"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("MI300X", "mi300x"),
+        ("0x2330", "h100-sxm"),
+        ("0X2330", "h100-sxm"),
+        (0x2330, "h100-sxm"),
+        (0x233010DE, "h100-sxm"),  # NVML pciDeviceId: device << 16 | vendor
+        ("0x233010de", "h100-sxm"),
+        ("10de:2335", "h200"),
+        ("0x2335", "h200"),
+        ("0x20b2", "a100-80gb"),
+        ("0x20b0", "a100-40gb"),
+        ("0x2331", "h100-pcie"),
+        ("0x2901", "b200"),
+        ("0x27b8", "l4"),
+        ("0x1eb8", "t4"),
+        ("0x74a1", "mi300x"),
+        ("1002:74a1", "mi300x"),
+    ],
+)
+def test_lookup(query: str | int, name: str) -> None:
+    assert lookup(query).name == name
+
+
+def test_lookup_returns_the_same_object() -> None:
+    assert lookup("H100") is lookup("0x2330")
+
+
+@pytest.mark.parametrize(
+    ("query", "suggestion"),
+    [
+        ("H10", "h100-sxm"),
+        ("h200x", "h200"),
+        ("l40", "l40s"),
+        ("a100-08gb", "a100-80gb"),
+    ],
+)
+def test_unknown_name_suggests_closest(query: str, suggestion: str) -> None:
+    with pytest.raises(UnknownDevice) as info:
+        lookup(query)
+    assert suggestion in str(info.value).split("(catalog:")[0]
+    assert isinstance(info.value, InputError)
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("query", ["0x9999", 0x9999, "10de:74a1", "", "rtx-9090"])
+def test_unknown_device(query: str | int) -> None:
+    with pytest.raises(UnknownDevice):
+        lookup(query)
+
+
+def test_mig_profile_lookup_by_name_alias_and_id() -> None:
+    spec = lookup("h100")
+    assert spec.mig_profile("3g.40gb") is spec.mig_profile("MIG 3g.40gb") is spec.mig_profile(9)
+    assert spec.mig_profile("9").sm_count == 60
+
+
+def test_mig_profile_unknown_lists_valid_names() -> None:
+    with pytest.raises(UnknownMigProfile) as info:
+        lookup("h200").mig_profile("3g.40gb")
+    assert "3g.71gb" in str(info.value)
+    with pytest.raises(UnknownMigProfile, match="no MIG profiles"):
+        lookup("l4").mig_profile("1g.10gb")
+
+
+def test_device_spec_is_hashable_and_frozen() -> None:
+    spec = lookup("h100")
+    assert {spec: 1}[spec] == 1
+    with pytest.raises(AttributeError):
+        spec.sm_count = 1  # type: ignore[misc]
+    assert isinstance(spec, DeviceSpec)
