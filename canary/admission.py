@@ -586,15 +586,21 @@ async def admit_async(
     announce: Any = None,
     seed: int = 0,
     now: Any = None,
+    reserve: bool = True,
+    engine: Any = None,
 ) -> Certificate:
     """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
-    reservation and certificate committed together (or nothing). ``now`` is a clock function."""
+    reservation and certificate committed together (or nothing). ``now`` is a clock function.
+
+    ``reserve=False`` is the evidence-warming form: probes are run and recorded, nothing is booked
+    and no certificate is stored (the returned one says what an admission would have decided)."""
     from evidence_store import repository
     from evidence_store.engine import session_scope
     from evidence_store.errors import ReservationConflict
 
     clock = now or utcnow
-    engine = open_store_for_writing(db_url, announce=announce)
+    if engine is None:
+        engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess(db_url)
     access._engine, access.present = engine, True
     started = clock()
@@ -610,6 +616,7 @@ async def admit_async(
         if decision.verdict == "unknown" and missing and probe and not any(
                 e.outcome is None and e.key is None for e in evidence):
             journal = StoreJournal(engine)
+            _recover_orphans(engine, clock(), announce)
             for i, (resident, e) in enumerate(missing):
                 assert e.key is not None
                 runs.append(await _probe_pair(req, resident, e.key, journal=journal, progress=progress, seed=seed + i))
@@ -626,7 +633,7 @@ async def admit_async(
                 resident=",".join(run.resident for run in runs), key=None, outcome=decision.verdict,
                 ids=tuple(recorded_ids), timestamp=finished, confidence=decision.confidence,
                 sources=("canary",), reason="recorded by this admission's probe(s)"))
-        if decision.verdict == "admit":
+        if decision.verdict == "admit" and reserve:
             device_id, capacity, instance = _reservation_capacity(req, hard, reserved_by_others)
             demand = req.candidate.memory.peak_bytes + req.policy.per_context_overhead_bytes
             try:
@@ -641,9 +648,21 @@ async def admit_async(
                 decision = Decision("reject", f"another admission booked the memory first: {exc}", "hard-fit",
                                     confidence=1.0, evidence=decision.evidence, probe=decision.probe)
         cert = make_certificate(req, hard, decision, finished)
-        repository.record_certificate(session, json.loads(cert.to_json()),
-                                      [i for e in decision.evidence for i in e.ids])
+        if reserve:
+            repository.record_certificate(session, json.loads(cert.to_json()),
+                                          [i for e in decision.evidence for i in e.ids])
     return cert
+
+
+def _recover_orphans(engine: Any, now: dt.datetime, announce: Any) -> None:
+    """Every probe start first cleans up probes whose owner died (expired leases)."""
+    from canary.jobs.recover import recover
+    from evidence_store.engine import session_scope
+
+    with session_scope(engine) as session:
+        report = recover(session, now=now)
+    if report.aborted and announce is not None:
+        announce(f"recovered {report.aborted} orphaned probe(s) whose lease had expired")
 
 
 def admit(req: Request, **kwargs: Any) -> Certificate:

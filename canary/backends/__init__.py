@@ -34,10 +34,16 @@ class ResolvedDevice:
     kind: str  # "catalog", "file", "nvml", "cuda", "rocm"
 
 
+SIMULATOR_DRIVER = "simulator-1"
+"""The driver version simulated devices report: evidence recorded on the simulator is keyed to it,
+so it never counts for a real driver (and goes stale when the simulator's model changes)."""
+
+
 def idle_snapshot(spec: DeviceSpec) -> DeviceSnapshot:
     """An idle simulated device of this model: nothing resident, default compute mode, MIG off."""
     return DeviceSnapshot(
         device_type=spec.name,
+        driver_version=SIMULATOR_DRIVER,
         compute_mode="DEFAULT",
         mig=MigState(enabled=False),
         mps=MpsState(running=False, clients=0),

@@ -1,0 +1,136 @@
+"""``canary warm PLAN``, ``canary revalidate --driver V``, ``canary recover``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    warm = sub.add_parser("warm", help="probe the plan's pairs that lack fresh evidence (nightly job)",
+                          description="Probe every planned pair that fits and lacks fresh evidence, inside the "
+                          "plan's global time budget; resumable (fresh pairs are skipped). Records evidence only.")
+    warm.add_argument("plan", metavar="PLAN", help="warm plan (YAML), see docs/jobs.md")
+    warm.add_argument("--budget-s", type=float, help="override the plan's global time budget")
+    warm.add_argument("--concurrency", type=int, help="override the plan's probes-at-once")
+    warm.add_argument("--seed", type=int, default=0, help="seed of simulated devices")
+    warm.add_argument("--json", action="store_true")
+    warm.set_defaults(handler=run_warm)
+
+    rv = sub.add_parser("revalidate", help="after a driver upgrade: mark old evidence stale, re-probe, report drift",
+                        description="Evidence recorded under another driver becomes stale (never deleted); with "
+                        "--plan, the plan's pairs are probed again and a drift report compares old and new.")
+    rv.add_argument("--driver", required=True, help="the driver version now installed")
+    rv.add_argument("--device-type", help="only this device type (catalog name)")
+    rv.add_argument("--plan", help="pairs to re-probe now (the hot pairs)")
+    rv.add_argument("--seed", type=int, default=0)
+    rv.add_argument("--json", action="store_true")
+    rv.set_defaults(handler=run_revalidate)
+
+    rc = sub.add_parser("recover", help="abort probes whose owner died and kill their orphaned canaries")
+    rc.add_argument("--no-kill", action="store_true", help="only mark them aborted")
+    rc.add_argument("--json", action="store_true")
+    rc.set_defaults(handler=run_recover)
+
+
+def _progress(outcome: Any, total: int) -> None:
+    extra = ""
+    if outcome.slowdown_pct is not None:
+        extra = f" ({outcome.outcome}, resident slowdown {outcome.slowdown_pct:+.1f}%)"
+    sys.stderr.write(f"[{outcome.index + 1}/{total}] {outcome.status:<14} {outcome.label}{extra}\n")
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1f}%"
+
+
+def _print_report(report: Any, *, drift: bool) -> None:
+    from canary.render import table
+
+    rows = []
+    for p in report.pairs:
+        row = [str(p.index + 1), p.status, p.label, p.outcome or "–", _pct(p.slowdown_pct)]
+        if drift:
+            row[3:3] = [p.old_driver or "–", p.old_outcome or "–", _pct(p.old_slowdown_pct)]
+        rows.append(row)
+    headers = ["#", "status", "pair", "outcome", "slowdown"]
+    if drift:
+        headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
+    sys.stdout.write(table(headers, rows) + "\n")
+    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "fresh", "does-not-fit", "unknown-fit",
+                                                           "skipped-budget", "error") if report.count(s))
+    sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"
+                     + (f"; {report.stale_marked} record(s) marked stale" if drift else "") + "\n")
+
+
+def _as_json(report: Any) -> str:
+    return json.dumps({"plan": report.plan, "budget_s": report.budget_s, "wall_s": report.wall_s,
+                       "stale_marked": report.stale_marked, "pairs": [p.__dict__ for p in report.pairs]}, indent=2)
+
+
+def run_warm(args: argparse.Namespace) -> int:
+    import anyio
+
+    from canary.jobs.plan import load_plan
+    from canary.jobs.warm import warm_async
+
+    plan = load_plan(args.plan)
+    updates = {k: v for k, v in (("budget_s", args.budget_s), ("concurrency", args.concurrency)) if v is not None}
+    if updates:
+        from canary._model import validate_document
+
+        plan = validate_document(type(plan), {**plan.model_dump(mode="json"), **updates}, file=args.plan)
+
+    async def go() -> Any:
+        return await warm_async(plan, db_url=args.db, seed=args.seed, progress=_progress)
+
+    report = anyio.run(go)
+    sys.stdout.write(_as_json(report) + "\n") if args.json else _print_report(report, drift=False)
+    return 4 if report.count("error") else 0
+
+
+def run_revalidate(args: argparse.Namespace) -> int:
+    import anyio
+
+    from canary.admission import utcnow
+    from canary.jobs.plan import load_plan
+    from canary.jobs.warm import WarmReport, attach_old_evidence, mark_stale, warm_async
+
+    stale = mark_stale(args.db, driver=args.driver, device_type=args.device_type, now=utcnow())
+    if not args.plan:
+        sys.stdout.write(f"{stale} evidence record(s) recorded under another driver are now stale; "
+                         "run `canary warm PLAN` (or revalidate --plan) to re-probe the hot pairs\n")
+        return 0
+    plan = load_plan(args.plan)
+
+    async def go() -> WarmReport:
+        return await warm_async(plan, db_url=args.db, seed=args.seed, driver=args.driver, progress=_progress)
+
+    report = anyio.run(go)
+    report.stale_marked = stale
+    attach_old_evidence(report, plan, args.db, args.driver)
+    sys.stdout.write(_as_json(report) + "\n") if args.json else _print_report(report, drift=True)
+    return 4 if report.count("error") else 0
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    from canary.admission import open_store_for_writing, utcnow
+    from canary.jobs.recover import recover
+    from evidence_store.engine import session_scope
+
+    engine = open_store_for_writing(args.db)
+    with session_scope(engine) as session:
+        report = recover(session, now=utcnow(), kill=not args.no_kill)
+    if args.json:
+        sys.stdout.write(json.dumps([{**p.__dict__, "lease_expired_at": p.lease_expired_at.isoformat()}
+                                     for p in report.probes], indent=2) + "\n")
+    else:
+        for p in report.probes:
+            sys.stdout.write(f"probe {p.probe_id} (owner {p.owner}, pgid {p.pgid}): aborted; canary {p.action}: "
+                             f"{p.detail}\n")
+        sys.stdout.write(f"{report.aborted} orphaned probe(s) aborted"
+                         + (f"; {len(report.failed)} canary process group(s) may still run" if report.failed else "")
+                         + "\n")
+    return 4 if report.failed else 0

@@ -1,0 +1,60 @@
+"""Warm plans: the pairs a nightly job should have fresh evidence for.
+
+::
+
+    name: nightly-h100
+    budget_s: 3600        # the whole job's wall-clock budget
+    concurrency: 2        # probes at once (a CapacityLimiter)
+    pairs:
+      - device: ../snapshots/g-nccl-mps-room.yaml   # paths are relative to the plan file
+        candidate: ../profiles/embedding-service.yaml
+        residents: []     # extra resident profiles, as `--resident`
+        regime: null      # as `--regime`; null follows the device
+        policy: null      # as `--policy`
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from canary._model import Model, load_document
+
+
+class PlannedPair(Model):
+    device: str = Field(min_length=1)
+    candidate: str = Field(min_length=1)
+    residents: tuple[str, ...] = ()
+    regime: str | None = None
+    policy: str | None = None
+
+
+class WarmPlan(Model):
+    name: str = Field(min_length=1)
+    budget_s: float = Field(default=3600.0, gt=0, le=7 * 24 * 3600)
+    concurrency: int = Field(default=1, ge=1, le=64)
+    pairs: tuple[PlannedPair, ...] = Field(min_length=1)
+
+
+def _resolve(base: Path, ref: str) -> str:
+    path = Path(ref)
+    if path.is_absolute() or ":" in ref or not path.suffix:
+        return ref  # a catalog name or a live device (nvml:0) stays as written
+    return str((base / path).resolve())
+
+
+def load_plan(path: str | Path) -> WarmPlan:
+    """Load a plan; file references are resolved relative to the plan file."""
+    plan = load_document(WarmPlan, path)
+    base = Path(path).resolve().parent
+    pairs = tuple(
+        p.model_copy(update={
+            "device": _resolve(base, p.device),
+            "candidate": _resolve(base, p.candidate),
+            "residents": tuple(_resolve(base, r) for r in p.residents),
+            "policy": _resolve(base, p.policy) if p.policy and Path(p.policy).suffix else p.policy,
+        })
+        for p in plan.pairs
+    )
+    return plan.model_copy(update={"pairs": pairs})

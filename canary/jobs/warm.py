@@ -1,0 +1,178 @@
+"""``canary warm PLAN`` and ``canary revalidate --driver V``.
+
+Warm: for every planned pair that fits and lacks fresh evidence, run a bounded probe and record the
+result (no reservation, no certificate). The whole job runs inside one global time budget; pairs
+with fresh evidence are skipped, so a job that ran out of budget resumes where it stopped when run
+again. Probes run through an ``anyio.CapacityLimiter`` (the plan's ``concurrency``).
+
+Revalidate: evidence recorded under another driver becomes stale (never deleted), the plan's pairs
+are probed again under the new driver, and a drift report puts old and new slowdowns side by side.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from canary.admission import Request, admit_async, load_request, open_store_for_writing
+from canary.jobs.plan import PlannedPair, WarmPlan
+
+PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error"]
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    index: int
+    label: str
+    status: PairStatus
+    detail: str
+    outcome: str | None = None
+    slowdown_pct: float | None = None
+    interval_pct: tuple[float, float] | None = None
+    old_driver: str | None = None
+    old_slowdown_pct: float | None = None
+    old_interval_pct: tuple[float, float] | None = None
+    old_outcome: str | None = None
+
+
+@dataclass
+class WarmReport:
+    plan: str
+    budget_s: float
+    wall_s: float = 0.0
+    stale_marked: int = 0
+    pairs: list[PairOutcome] = field(default_factory=list)
+
+    def count(self, status: PairStatus) -> int:
+        return sum(1 for p in self.pairs if p.status == status)
+
+
+def _label(req: Request) -> str:
+    residents = "+".join(r.name for r in req.snapshot.residents) or "(idle)"
+    return f"{req.candidate.name} beside {residents} on {req.spec.name} ({req.regime})"
+
+
+def _with_driver(req: Request, driver: str | None) -> Request:
+    if driver is None or req.snapshot.driver_version == driver:
+        return req
+    if req.device.kind not in ("catalog", "file"):
+        from canary.errors import InputError
+
+        raise InputError(f"{req.device.ref} runs driver {req.snapshot.driver_version}, not {driver}: "
+                         "revalidate on the upgraded device", field="--driver")
+    from canary.admission import build_request
+    from canary.backends import ResolvedDevice
+
+    snap = req.snapshot.model_copy(update={"driver_version": driver})
+    device = ResolvedDevice(snapshot=snap, spec=req.spec, ref=req.device.ref, kind=req.device.kind)
+    return build_request(device, req.candidate, req.policy, regime=str(req.regime))
+
+
+async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, driver: str | None,
+                    deadline: float) -> PairOutcome:
+    req = _with_driver(load_request(pair.device, pair.candidate, resident_paths=pair.residents,
+                                    regime=pair.regime, policy_ref=pair.policy), driver)
+    label = _label(req)
+    if time.monotonic() >= deadline:
+        return PairOutcome(index, label, "skipped-budget", "the job's time budget ran out before this pair")
+    cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index)
+    if cert.hard_fit == "no":
+        return PairOutcome(index, label, "does-not-fit", f"{cert.limiting_resource}: {cert.reason}")
+    if cert.hard_fit == "unknown":
+        return PairOutcome(index, label, "unknown-fit", cert.reason)
+    probe = cert.probe
+    if cert.decided_by == "canary" and probe is not None:
+        return PairOutcome(index, label, "probed", cert.reason, outcome=probe.outcome,
+                           slowdown_pct=probe.slowdown_estimate_pct, interval_pct=probe.slowdown_interval_pct)
+    if cert.decided_by == "cache":
+        return PairOutcome(index, label, "fresh", "fresh evidence already covers every resident",
+                           outcome=cert.verdict)
+    return PairOutcome(index, label, "fresh", cert.reason, outcome=cert.verdict)
+
+
+async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, driver: str | None = None,
+                     progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
+    import anyio
+
+    engine = open_store_for_writing(db_url)
+    report = WarmReport(plan=plan.name, budget_s=plan.budget_s)
+    started = time.monotonic()
+    deadline = started + plan.budget_s
+    limiter = anyio.CapacityLimiter(plan.concurrency)
+    results: dict[int, PairOutcome] = {}
+
+    async def run(index: int, pair: PlannedPair) -> None:
+        async with limiter:
+            try:
+                outcome = await _warm_one(index, pair, engine=engine, seed=seed, driver=driver, deadline=deadline)
+            except Exception as exc:  # one bad pair is reported, the job goes on (Kayenta's error label)
+                from canary.errors import CanaryError
+
+                if not isinstance(exc, CanaryError):
+                    raise
+                outcome = PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", str(exc))
+            results[index] = outcome
+            if progress is not None:
+                progress(outcome, len(plan.pairs))
+
+    with anyio.move_on_after(plan.budget_s) as scope:
+        async with anyio.create_task_group() as tg:
+            for i, pair in enumerate(plan.pairs):
+                tg.start_soon(run, i, pair)
+    for i, pair in enumerate(plan.pairs):
+        if i not in results:
+            why = "cancelled when the job's time budget ran out" if scope.cancelled_caught else "not run"
+            results[i] = PairOutcome(i, f"{pair.candidate} on {pair.device}", "skipped-budget", why)
+    report.pairs = [results[i] for i in sorted(results)]
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def mark_stale(db_url: str | None, *, driver: str, device_type: str | None, now: dt.datetime) -> int:
+    from evidence_store import repository
+    from evidence_store.engine import session_scope
+
+    engine = open_store_for_writing(db_url)
+    with session_scope(engine) as session:
+        return repository.mark_stale(session, driver_not=driver, device_type=device_type)
+
+
+def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, driver: str) -> None:
+    """For the drift report: the newest stale record of each probed pair (recorded under another driver)."""
+    from canary.admission import pair_key
+    from evidence_store import repository
+    from evidence_store.engine import session_scope
+
+    engine = open_store_for_writing(db_url)
+    updated = []
+    with session_scope(engine, read_only=True) as session:
+        for outcome in report.pairs:
+            pair = plan.pairs[outcome.index]
+            req = _with_driver(load_request(pair.device, pair.candidate, resident_paths=pair.residents,
+                                            regime=pair.regime, policy_ref=pair.policy), driver)
+            old = None
+            for resident in req.snapshot.residents:
+                key = pair_key(req, resident)
+                if key is None:
+                    continue
+                rows = repository.list_evidence(session, pair=f"{key.resident_version}:{key.candidate_version}",
+                                                device_type=key.device_type, status="stale")
+                rows = [r for r in rows if r.key == key and r.outcome in ("safe", "unsafe")]
+                if rows:
+                    old = rows[0]
+                    break
+            if old is None:
+                updated.append(outcome)
+                continue
+            interval = None
+            if old.resident_slowdown_low is not None and old.resident_slowdown_high is not None:
+                interval = (old.resident_slowdown_low * 100, old.resident_slowdown_high * 100)
+            updated.append(PairOutcome(
+                **{**outcome.__dict__, "old_driver": old.driver_version,
+                   "old_slowdown_pct": None if old.resident_slowdown is None else old.resident_slowdown * 100,
+                   "old_interval_pct": interval, "old_outcome": old.outcome}))
+    report.pairs = updated
+
