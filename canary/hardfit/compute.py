@@ -120,6 +120,8 @@ def _applies(ctx: FitContext) -> bool:
         return False
     if ctx.candidate.latency_critical:
         return True
+    if "residents" in ctx.snapshot.unknown_reasons:
+        return True
     return any(r.profile is None or any(k.persistent for k in r.profile.kernels) or not r.profile.kernels
                for r in ctx.snapshot.residents)
 
@@ -134,6 +136,8 @@ def check_sm_coresidency(ctx: FitContext) -> list[Finding]:
     out: list[Finding] = []
     load = _SmLoad()
     unknown: list[str] = []
+    if "residents" in ctx.snapshot.unknown_reasons:
+        unknown.append(f"the device's residents are unknown: {ctx.snapshot.unknown_reasons['residents']}")
     for resident in ctx.snapshot.residents:
         if resident.profile is None:
             unknown.append(f"resident {resident.name} has no profile: its registers, shared memory and warps are unknown")

@@ -68,7 +68,11 @@ def memory_terms(ctx: FitContext) -> dict[str, tuple[int | None, str]]:
             continue
         footprint_sum += footprint
         held_sum += held
-    if unknown_residents:
+    if "residents" in snap.unknown_reasons:
+        # The backend could not list the device's processes (cuda:N sees only its own context).
+        terms["residents"] = (None, f"unknown: {snap.unknown_reasons['residents']}")
+        unknown_residents.append("(unlisted processes)")
+    elif unknown_residents:
         terms["residents"] = (None, f"unknown for {', '.join(unknown_residents)} (no profile, no observed memory)")
     else:
         terms["residents"] = (footprint_sum, "declared peak or observed use, the larger, per resident")

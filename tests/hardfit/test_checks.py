@@ -182,3 +182,12 @@ def test_bad_regimes(text: str) -> None:
     with pytest.raises(InputError) as err:
         parse_regime(text)
     assert err.value.field == "--regime"
+
+
+def test_unlisted_residents_make_memory_and_coresidency_unknown() -> None:
+    snap = snapshot(unknown_reasons={"residents": "cuda:N cannot list other processes"},
+                    mps=MpsState(running=True, clients=1, pinned_memory_limit_bytes=80 * GiB))
+    hard = run(snap, profile(peak_gib=10), "mps:50")
+    assert hbm(hard).verdict == "unknown"
+    assert any(f.resource == "resident_kernels" and f.verdict == "unknown" for f in hard.findings)
+    assert hard.verdict == "unknown"
