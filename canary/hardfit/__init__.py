@@ -86,7 +86,7 @@ def check(
         if hit is not None:
             verdict, limiting = wanted, hit.resource
             break
-    caveats: list[str] = []
+    caveats: list[str] = list(ctx.caveats)
     if regime.kind == "green":
         caveats.append(GREEN_CAVEAT)
     if regime.kind == "timeslice":

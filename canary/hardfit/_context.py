@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from canary.certificate import Finding, FitVerdict, Quantity
@@ -26,6 +26,8 @@ class FitContext:
     reserved_bytes_by_others: int | None = 0
     """Memory booked by other admissions (evidence-store reservations) not yet visible on the
     device; ``None`` when the store could not say."""
+    caveats: list[str] = field(default_factory=list)
+    """Checks append what the certificate must say without it deciding the fit."""
 
 
 Check = Callable[[FitContext], list[Finding]]

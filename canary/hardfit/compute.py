@@ -126,15 +126,62 @@ def _applies(ctx: FitContext) -> bool:
                for r in ctx.snapshot.residents)
 
 
+def _evaluate(spec: DeviceSpec, kernels: tuple[KernelSpec, ...], load: _SmLoad) -> tuple[list[Finding], list[Finding]]:
+    """(kernels that cannot launch at all, the worst finding per SM resource) beside ``load``."""
+    cannot: list[Finding] = []
+    free_sms = spec.sm_count - load.sms_covered
+    max_warps = spec.max_threads_per_sm // spec.warp_size
+    smem_sm = spec.shared_memory_per_sm_bytes
+    worst_margin: dict[str, tuple[float, Finding]] = {}
+    for k in kernels:
+        kk = _kernel(spec, k)
+        if kk.active_blocks_per_sm == 0:
+            lim = sorted(kk.limiting)[0] if kk.limiting else "blocks"
+            cannot.append(finding(lim, k.threads_per_block, 0, "threads", "no", k.source,
+                                  f"kernel {k.name} cannot launch on {spec.name} at all "
+                                  f"(limited by {', '.join(sorted(kk.limiting))})", subject=k.name))
+            continue
+        if free_sms > 0:
+            continue  # an SM with no resident block takes it, as the occupancy rules allow
+        room = load.candidate_warp_room(spec.registers_per_sm, kk.registers_per_warp)
+        need_regs = kk.warps * kk.registers_per_warp
+        # Registers fit when the block's warps fit in the sub-partitions' leftovers; `available`
+        # shows the registers left, below demand whenever the warps do not fit.
+        free_regs = load.free_registers(spec.registers_per_sm)
+        regs_available = free_regs if room >= kk.warps else min(free_regs, need_regs - 1)
+        rows: list[tuple[str, int, int, str]] = [
+            ("registers", need_regs, regs_available, "registers"),
+            ("shared_memory", kk.shared_bytes, smem_sm - load.shared_bytes, "bytes"),
+            ("warps", kk.warps, max_warps - load.warps, "warps"),
+            ("blocks", 1, spec.max_blocks_per_sm - load.blocks, "blocks"),
+        ]
+        for resource, demand, available, unit in rows:
+            verdict: FitVerdict = "yes" if demand <= available else "no"
+            margin = (available - demand) / max(demand, 1)
+            f = finding(resource, demand, max(available, 0), unit, verdict, f"{k.source} + occupancy rules",
+                        f"candidate kernel {k.name} beside resident blocks ({', '.join(load.by)}) on every SM",
+                        subject=k.name)
+            if resource not in worst_margin or margin < worst_margin[resource][0]:
+                worst_margin[resource] = (margin, f)
+    worst = [worst_margin[r][1] for r in ("registers", "shared_memory", "warps", "blocks") if r in worst_margin]
+    if free_sms > 0 and not cannot:
+        worst = [finding("blocks", 1, free_sms, "SMs", "yes", "declared + occupancy rules",
+                         f"{free_sms} of {spec.sm_count} SMs hold no resident block ({', '.join(load.by) or 'none'})")]
+    return cannot, worst
+
+
 def check_sm_coresidency(ctx: FitContext) -> list[Finding]:
+    """Hard limits come from persistent resident kernels only: their blocks never leave the SMs.
+    A non-persistent kernel's blocks drain, so a latency-critical candidate that cannot fit beside
+    one while it runs *waits* — a delay stage 2 measures — and the hard fit says so in a caveat."""
     if not _applies(ctx):
         return []
     spec = ctx.spec
     if spec.vendor != "nvidia":
         return [finding("sm_coresidency", None, None, "blocks", "unknown", "catalog",
                         f"co-residency rules for {spec.vendor} devices are not modelled for concurrent regimes")]
-    out: list[Finding] = []
-    load = _SmLoad()
+    persistent = _SmLoad()
+    running = _SmLoad()
     unknown: list[str] = []
     if "residents" in ctx.snapshot.unknown_reasons:
         unknown.append(f"the device's residents are unknown: {ctx.snapshot.unknown_reasons['residents']}")
@@ -152,60 +199,35 @@ def check_sm_coresidency(ctx: FitContext) -> list[Finding]:
                 continue
             kk = _kernel(spec, k)
             if k.grid_blocks is None:
-                unknown.append(f"resident {resident.name} kernel {k.name}: grid_blocks not declared, so blocks per SM are unknown")
+                if k.persistent:
+                    unknown.append(f"resident {resident.name} kernel {k.name}: grid_blocks not declared, "
+                                   "so its blocks per SM are unknown")
                 continue
             per_sm = min(kk.active_blocks_per_sm, math.ceil(k.grid_blocks / usable))
             sms = min(usable, k.grid_blocks)
+            label = f"{resident.name}/{k.name}"
             if k.persistent:
-                load.add(kk, per_sm, sms, f"{resident.name}/{k.name}")
+                persistent.add(kk, per_sm, sms, label)
+                running.add(kk, per_sm, sms, label)
             elif worst is None or per_sm * kk.warps > worst[1] * worst[0].warps:
                 # Non-persistent kernels of one resident run one at a time: count the heaviest.
-                worst = (kk, per_sm, sms, f"{resident.name}/{k.name}")
+                worst = (kk, per_sm, sms, label)
         if worst is not None:
-            load.add(*worst)
+            running.add(*worst)
     if unknown:
         return [finding("resident_kernels", "resident kernel resources", None, "kernels", "unknown",
                         "declared", "; ".join(unknown))]
-
-    free_sms = spec.sm_count - load.sms_covered
-    max_warps = spec.max_threads_per_sm // spec.warp_size
-    smem_sm = spec.shared_memory_per_sm_bytes
-    worst_margin: dict[str, tuple[float, Finding]] = {}
-    for k in ctx.candidate.kernels:
-        kk = _kernel(spec, k)
-        if kk.active_blocks_per_sm == 0:
-            lim = sorted(kk.limiting)[0] if kk.limiting else "blocks"
-            out.append(finding(lim if lim != "warps" else "warps", k.threads_per_block, 0, "threads", "no", k.source,
-                               f"kernel {k.name} cannot launch on {spec.name} at all (limited by {', '.join(sorted(kk.limiting))})",
-                               subject=k.name))
-            continue
-        if free_sms > 0:
-            continue  # an SM with no resident block takes it, as the occupancy rules allow
-        room = load.candidate_warp_room(spec.registers_per_sm, kk.registers_per_warp)
-        need_regs = kk.warps * kk.registers_per_warp
-        # Registers fit when the block's warps fit in the sub-partitions' leftovers; `available`
-        # shows the registers left, and equals demand or more exactly when the warps fit.
-        free_regs = load.free_registers(spec.registers_per_sm)
-        regs_available = free_regs if room >= kk.warps else min(free_regs, need_regs - 1)
-        rows: list[tuple[str, int, int, str]] = [
-            ("registers", need_regs, regs_available, "registers"),
-            ("shared_memory", kk.shared_bytes, smem_sm - load.shared_bytes, "bytes"),
-            ("warps", kk.warps, max_warps - load.warps, "warps"),
-            ("blocks", 1, spec.max_blocks_per_sm - load.blocks, "blocks"),
-        ]
-        for resource, demand, available, unit in rows:
-            verdict: FitVerdict = "yes" if demand <= available else "no"
-            margin = (available - demand) / max(demand, 1)
-            f = finding(resource, demand, max(available, 0), unit, verdict, f"{k.source} + occupancy rules",
-                        f"candidate kernel {k.name} beside resident blocks ({', '.join(load.by)}) on every SM",
-                        subject=k.name)
-            if resource not in worst_margin or margin < worst_margin[resource][0]:
-                worst_margin[resource] = (margin, f)
     if not ctx.candidate.kernels:
         return [finding("candidate_kernels", "candidate kernel resources", None, "kernels", "unknown", "declared",
                         "the candidate's profile declares no kernels, so SM co-residency cannot be checked")]
-    if free_sms > 0 and not out:
-        return [finding("blocks", 1, free_sms, "SMs", "yes", "declared + occupancy rules",
-                        f"{free_sms} of {spec.sm_count} SMs hold no resident block ({', '.join(load.by) or 'none'})")]
-    out.extend(f for _, f in (worst_margin[r] for r in ("registers", "shared_memory", "warps", "blocks") if r in worst_margin))
-    return out
+    cannot, hard = _evaluate(spec, ctx.candidate.kernels, persistent)
+    if ctx.candidate.latency_critical and running.by != persistent.by:
+        _, transient = _evaluate(spec, ctx.candidate.kernels, running)
+        blocked = [f for f in transient if f.verdict == "no"]
+        if blocked:
+            f = blocked[0]
+            ctx.caveats.append(
+                f"while resident kernels run ({', '.join(b for b in running.by if b not in persistent.by)}), "
+                f"candidate kernel {f.subject} has no room on their SMs ({f.resource}: needs {f.demand}, "
+                f"{f.available} left) and waits for their blocks to drain; stage 2 measures that delay")
+    return [*cannot, *hard]

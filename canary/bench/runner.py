@@ -1,0 +1,310 @@
+"""Run the suite: ground truth, every policy on every scenario, tuning, metrics, invariants.
+
+The only IO is the temporary evidence store of the full engine (a fresh SQLite file per run, so
+the cache starts empty and fills as pairs repeat) and the wall clock, which is measured for the
+report and kept in fields named ``wall_*`` — everything else in the results is a function of the
+seed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from canary.bench.metrics import Outcome, by_family, summarize, tuning_key
+from canary.bench.policies import (
+    Decision,
+    FullEngine,
+    PlusMemory,
+    PlusOccupancy,
+    PlusPhases,
+    PlusStaticResources,
+    ScenarioView,
+    UtilizationOnly,
+    stage1_decision,
+)
+from canary.bench.scenarios import COUNTERS, FAMILIES, HARD_FIT_FAMILIES, Scenario, build_suite
+from canary.bench.truth import Truth, ground_truth
+
+TELEMETRY_WINDOW_S = 5.0
+# A fixed simulated calendar: scenario i is asked at BASE + i minutes, so evidence timestamps,
+# TTLs and reservation leases are reproducible.
+BASE_TIME = dt.datetime(2026, 1, 5, 8, 0, tzinfo=dt.UTC)
+UTIL_GRID_PCT: tuple[float, ...] = (*tuple(float(v) for v in range(0, 101, 5)), 101.0)
+OCC_GRID_PCT: tuple[float, ...] = (*tuple(float(v) for v in range(0, 101, 10)), 101.0)
+
+ENGINE = "+pairwise evidence (full engine)"
+PHASES = "+phase/time structure"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Row:
+    """Everything about one scenario: truth, what the scheduler saw, and each policy's decision."""
+
+    scenario: Scenario
+    truth: Truth
+    view: ScenarioView
+    telemetry: dict[str, float | None]
+    decisions: dict[str, Decision]
+    wall_s: dict[str, float]
+
+
+def scenario_seed(seed: int, scenario: Scenario) -> int:
+    """A seed per scenario from the run's seed and the scenario's id (a repeat uses its original's),
+    so the quick subset draws the same numbers as the full run."""
+    key = scenario.repeat_of or scenario.id
+    return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**31)
+
+
+def _telemetry(sc: Scenario, seed: int) -> Any:
+    """Window averages the scheduler reads before the candidate arrives, from the simulated device
+    with the residents; counters the scenario lacks are ``None``."""
+    from canary.bench.truth import sim_ready_snapshot
+    from canary.sim import SimDevice
+
+    dev = SimDevice.from_snapshot(sim_ready_snapshot(sc), sc.spec, seed=seed, regime=sc.regime)
+    telemetry = dev.run_window(TELEMETRY_WINDOW_S).telemetry
+    if sc.missing_counters:
+        telemetry = telemetry.model_copy(update=dict.fromkeys(sc.missing_counters))
+    return telemetry
+
+
+def _view(sc: Scenario, index: int, seed: int, db_url: str) -> ScenarioView:
+    from canary.admission import build_request
+    from canary.backends import ResolvedDevice
+    from canary.policy import load_policy
+
+    policy = load_policy("default")
+    device = ResolvedDevice(snapshot=sc.snapshot, spec=sc.spec, ref=f"bench:{sc.id}", kind="file")
+    req = build_request(device, sc.candidate, policy, regime=sc.regime)
+    when = BASE_TIME + dt.timedelta(minutes=index)
+    return ScenarioView(scenario_id=sc.id, request=req, telemetry=_telemetry(sc, seed),
+                        telemetry_window_s=TELEMETRY_WINDOW_S, db_url=db_url, seed=seed, clock=lambda: when)
+
+
+def _decide(policy: Any, view: ScenarioView) -> tuple[Decision, float]:
+    from canary.errors import CanaryError
+
+    started = time.perf_counter()
+    try:
+        decision = policy.decide(view)
+    except CanaryError as exc:
+        # A defect in one scenario is reported with its message, not hidden and not fatal.
+        decision = Decision("unknown", None, 0.0, 0, decided_by="error", reason=str(exc),
+                            error=f"{type(exc).__name__}: {exc}")
+    return decision, time.perf_counter() - started
+
+
+def _outcome(row: Row, decision: Decision) -> Outcome:
+    t = row.truth
+    return Outcome(
+        scenario_id=row.scenario.id, family=row.scenario.family, truth_safe=t.safe, truth_resource=t.resource,
+        bound_pct=t.bound_pct, resident_slowdown_pct=t.resident_slowdown_pct,
+        resident_p99_slowdown_pct=t.resident_p99_slowdown_pct, verdict=decision.verdict,
+        limiting_resource=decision.limiting_resource, time_to_admission_s=decision.time_to_admission_s,
+        exposure=decision.exposure, error=decision.error)
+
+
+def _tune(rows: Sequence[Row], make: Callable[[float, float], Callable[[Row], Decision]],
+          grid: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The grid point with the best ``tuning_key`` on the suite (ties: the first in grid order)."""
+    best: tuple[tuple[int, int, int], tuple[float, float]] | None = None
+    for point in grid:
+        decide = make(*point)
+        key = tuning_key(_outcome(r, decide(r)) for r in rows)
+        if best is None or key < best[0]:
+            best = (key, point)
+    assert best is not None
+    return best[1]
+
+
+def run_suite(*, quick: bool, seed: int, progress: Progress | None = None,
+              families: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark and return the results document (see docs/benchmark.md)."""
+    from canary.policy import load_policy
+
+    wall_start = time.perf_counter()
+    policy = load_policy("default")
+    suite, omitted = build_suite(quick=quick, seed=seed)
+    if progress is not None:
+        for why in omitted:
+            progress(f"left out: {why}")
+    if families is not None:
+        suite = [s for s in suite if s.family in families]
+    operator: list[Any] = [UtilizationOnly(), PlusMemory(), PlusOccupancy(), PlusStaticResources(), PlusPhases(),
+                           FullEngine()]
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="canary-bench-") as tmp:
+        db_url = f"sqlite:///{Path(tmp) / 'evidence.sqlite3'}"
+        for i, sc in enumerate(suite):
+            s_seed = scenario_seed(seed, sc)
+            truth = ground_truth(sc, policy, seed=s_seed)
+            view = _view(sc, i, s_seed, db_url)
+            decisions: dict[str, Decision] = {}
+            walls: dict[str, float] = {}
+            for p in operator:
+                decisions[p.name], walls[p.name] = _decide(p, view)
+            tel = {c: (getattr(view.telemetry, c).value if getattr(view.telemetry, c) is not None else None)
+                   for c in COUNTERS}
+            rows.append(Row(sc, truth, view, tel, decisions, walls))
+            if progress is not None:
+                e = decisions[ENGINE]
+                progress(f"[{i + 1:>2}/{len(suite)}] {sc.family:<9} {sc.id:<48} truth={'safe' if truth.safe else 'unsafe':<6} "
+                         f"engine={e.verdict}{' by ' + e.decided_by if e.decided_by else ''} "
+                         f"({walls[ENGINE]:.2f}s wall)")
+
+        # Tuned baselines: the best single threshold (pair) on this very suite.
+        stage1 = {r.scenario.id: stage1_decision(r.view) for r in rows}
+        util_grid = [(u, 0.0) for u in UTIL_GRID_PCT]
+        pair_grid = [(u, o) for u in UTIL_GRID_PCT for o in OCC_GRID_PCT]
+        tuned_util = _tune(rows, lambda u, _o: (lambda r: UtilizationOnly(u).decide(r.view)), util_grid)[0]
+        tuned_mem = _tune(rows, lambda u, _o: (lambda r: PlusMemory(u).decide(r.view)), util_grid)[0]
+        tuned_occ = _tune(rows, lambda u, o: (lambda r: PlusOccupancy(u, o).decide(r.view)), pair_grid)
+        tuned_static = _tune(rows, lambda u, o: (lambda r: stage1[r.scenario.id] or PlusOccupancy(u, o).interference_decision(r.view)),
+                             pair_grid)
+        tuned: list[Any] = [UtilizationOnly(tuned_util), PlusMemory(tuned_mem), PlusOccupancy(*tuned_occ),
+                            PlusStaticResources(*tuned_static)]
+        for r in rows:
+            for p in tuned:
+                r.decisions[p.name], r.wall_s[p.name] = _decide(p, r.view)
+
+    order = [operator[0].name, tuned[0].name, operator[1].name, tuned[1].name, operator[2].name, tuned[2].name,
+             operator[3].name, tuned[3].name, PHASES, ENGINE]
+    layers = {p.name: p.layer for p in operator + tuned}
+    metrics: dict[str, Any] = {}
+    for name in order:
+        outs = [_outcome(r, r.decisions[name]) for r in rows]
+        metrics[name] = {"overall": summarize(outs), "families": by_family(outs, FAMILIES),
+                         "wall_decide_s": {"mean": sum(r.wall_s[name] for r in rows) / len(rows) if rows else None,
+                                           "max": max((r.wall_s[name] for r in rows), default=None)}}
+    chain_tuned = [tuned[0].name, tuned[1].name, tuned[2].name, tuned[3].name, PHASES, ENGINE]
+    chain_operator = [operator[0].name, operator[1].name, operator[2].name, operator[3].name, PHASES, ENGINE]
+    doc: dict[str, Any] = {
+        "benchmark": "canary bench",
+        "seed": seed,
+        "quick": quick,
+        "policy": policy.name,
+        "telemetry_window_s": TELEMETRY_WINDOW_S,
+        "omitted": omitted,
+        "families": [f for f in FAMILIES if any(r.scenario.family == f for r in rows)],
+        "policies": order,
+        "layers": layers,
+        "tuned": {
+            tuned[0].name: {"util_pct": tuned_util},
+            tuned[1].name: {"util_pct": tuned_mem},
+            tuned[2].name: {"util_pct": tuned_occ[0], "occupancy_pct": tuned_occ[1]},
+            tuned[3].name: {"util_pct": tuned_static[0], "occupancy_pct": tuned_static[1]},
+        },
+        "scenarios": [_scenario_doc(r, order) for r in rows],
+        "metrics": metrics,
+        "attribution": {"tuned": attribution(rows, chain_tuned), "operator": attribution(rows, chain_operator)},
+        "util_memory_matches_engine": _matches(metrics, [operator[1].name, tuned[1].name]),
+        "invariants": invariants(metrics, order),
+        "engine_defects": _engine_defects(rows),
+    }
+    doc["wall_total_s"] = time.perf_counter() - wall_start
+    return doc
+
+
+def _scenario_doc(r: Row, order: Sequence[str]) -> dict[str, Any]:
+    sc = r.scenario
+    return {
+        "id": sc.id,
+        "family": sc.family,
+        "title": sc.title,
+        "why": sc.why,
+        "device": sc.snapshot.device_type,
+        "regime": sc.regime,
+        "residents": [res.name + ("" if res.profile else " (unprofiled)") for res in sc.snapshot.residents],
+        "candidate": sc.candidate.name,
+        "repeat_of": sc.repeat_of,
+        "missing_counters": list(sc.missing_counters),
+        "telemetry_pct": r.telemetry,
+        "truth": asdict(r.truth),
+        "decisions": {name: {**asdict(r.decisions[name]), "wall_s": r.wall_s[name]} for name in order},
+    }
+
+
+def attribution(rows: Sequence[Row], chain: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Per family, what each layer changed against the one before: errors removed and introduced."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for family in FAMILIES:
+        fam = [r for r in rows if r.scenario.family == family]
+        if not fam:
+            continue
+        steps = []
+        for before, after in itertools.pairwise(chain):
+            b = {r.scenario.id: _outcome(r, r.decisions[before]) for r in fam}
+            a = {r.scenario.id: _outcome(r, r.decisions[after]) for r in fam}
+            steps.append({
+                "from": before, "to": after,
+                "false_admits_removed": sorted(i for i in b if b[i].false_admit and not a[i].false_admit),
+                "false_rejects_removed": sorted(i for i in b if b[i].false_reject and not a[i].false_reject),
+                "false_admits_added": sorted(i for i in b if a[i].false_admit and not b[i].false_admit),
+                "false_rejects_added": sorted(i for i in b if a[i].false_reject and not b[i].false_reject),
+                "unknowns_added": sorted(i for i in b if a[i].unknown and not b[i].unknown),
+                "unknowns_resolved": sorted(i for i in b if b[i].unknown and not a[i].unknown),
+            })
+        out[family] = steps
+    return out
+
+
+def _matches(metrics: dict[str, Any], baselines: Sequence[str]) -> dict[str, list[str]]:
+    """Per family, the utilisation + memory baselines that are as good as the engine there
+    (no more false admits + false rejects, no more unknowns)."""
+    out: dict[str, list[str]] = {}
+    engine = metrics[ENGINE]["families"]
+    for family, e in engine.items():
+        same = [b for b in baselines
+                if metrics[b]["families"][family]["errors_total"] <= e["errors_total"]
+                and metrics[b]["families"][family]["unknowns"] <= e["unknowns"]]
+        out[family] = same
+    return out
+
+
+def invariants(metrics: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    """The issue's acceptance conditions on the full engine, each with its numbers."""
+    engine = metrics[ENGINE]
+    hard_fa = sum(engine["families"][f]["false_admits"] for f in HARD_FIT_FAMILIES if f in engine["families"])
+    totals = {name: metrics[name]["overall"]["errors_total"] for name in order}
+    others = [v for k, v in totals.items() if k != ENGINE]
+    acc = engine["overall"]["limiting_resource_accuracy"]
+    return {
+        "zero_false_admits_on_hard_fit": {"ok": hard_fa == 0, "false_admits": hard_fa},
+        "lowest_error_total": {"ok": all(totals[ENGINE] <= v for v in others),
+                               "strictly_lowest": all(totals[ENGINE] < v for v in others),
+                               "engine": totals[ENGINE], "best_other": min(others) if others else None,
+                               "totals": totals},
+        "limiting_resource_accuracy": {"ok": acc is not None and acc >= 0.95, "value": acc,
+                                       "scored": engine["overall"]["limiting_resource_scored"]},
+    }
+
+
+def _engine_defects(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Scenarios where the engine is wrong (false admit, false reject, wrong resource) or failed:
+    scenario, expected, got and the engine's own reason, for whoever fixes the engine."""
+    out = []
+    for r in rows:
+        d = r.decisions[ENGINE]
+        o = _outcome(r, d)
+        wrong = o.false_admit or o.false_reject or (o.resource_scored and not o.resource_right) or o.error
+        if not wrong:
+            continue
+        out.append({
+            "scenario": r.scenario.id,
+            "expected": ("admit" if r.truth.safe else f"reject ({r.truth.resource})"),
+            "got": f"{d.verdict} ({d.limiting_resource})" if d.limiting_resource else d.verdict,
+            "decided_by": d.decided_by,
+            "engine_reason": d.reason,
+            "truth": r.truth.detail,
+            "error": d.error,
+        })
+    return out

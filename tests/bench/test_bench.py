@@ -1,0 +1,170 @@
+"""`canary bench`: the quick suite as a real subprocess (files, invariants), reproducibility, the
+truth of the hard-fit counterexamples, and the scoring rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canary.bench.metrics import Outcome, summarize
+from tests.conftest import SHARED, canary_cmd, cli_env
+
+PNGS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png")
+ENGINE = "+pairwise evidence (full engine)"
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "report"
+    proc = subprocess.run([*canary_cmd(), "bench", "--quick", "--seed", "0", "--out", str(out)],
+                          capture_output=True, text=True, env=cli_env(tmp), timeout=120)
+    return proc, out
+
+
+@pytest.fixture(scope="module")
+def results(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> dict[str, Any]:
+    proc, out = quick_run
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc: dict[str, Any] = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    return doc
+
+
+@pytest.mark.timeout(150)
+def test_quick_bench_writes_report_json_and_pngs(quick_run: tuple[subprocess.CompletedProcess[str], Path],
+                                                 results: dict[str, Any]) -> None:
+    proc, out = quick_run
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Ablation" in report and "Which evidence layer removed which errors" in report
+    for name in PNGS:
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+    # Progress: one line per scenario on stderr.
+    assert proc.stderr.count("truth=") == len(results["scenarios"])
+    assert results["quick"] is True and results["seed"] == 0
+    assert len(results["scenarios"]) >= 15
+    assert {"hard-sm", "hard-hbm", "hard-mig", "hard-mode", "dram", "temporal", "benign", "unknown"} <= set(
+        results["families"])
+    assert results["policies"][-1] == ENGINE and len(results["policies"]) == 10
+
+
+def test_full_engine_has_no_false_admit_on_hard_fit_families(results: dict[str, Any]) -> None:
+    inv = results["invariants"]["zero_false_admits_on_hard_fit"]
+    assert inv["ok"] and inv["false_admits"] == 0
+    for family in ("hard-sm", "hard-hbm", "hard-mig", "hard-mode"):
+        assert results["metrics"][ENGINE]["families"][family]["false_admits"] == 0
+
+
+def test_full_engine_has_the_lowest_error_total(results: dict[str, Any]) -> None:
+    inv = results["invariants"]["lowest_error_total"]
+    assert inv["ok"], inv["totals"]
+    assert inv["engine"] == min(inv["totals"].values())
+
+
+def test_full_engine_names_the_limiting_resource(results: dict[str, Any]) -> None:
+    inv = results["invariants"]["limiting_resource_accuracy"]
+    assert inv["value"] is not None and inv["value"] >= 0.95
+
+
+def test_hard_fit_rejections_name_the_physical_resource(results: dict[str, Any]) -> None:
+    """On the hard-fit families the engine rejects and names exactly the physical resource."""
+    for s in results["scenarios"]:
+        if s["family"].startswith("hard-"):
+            d = s["decisions"][ENGINE]
+            assert d["verdict"] == "reject", s["id"]
+            assert d["limiting_resource"] == s["truth"]["resource"], s["id"]
+
+
+def _strip_wall(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {k: _strip_wall(v) for k, v in o.items() if not k.startswith("wall")}
+    if isinstance(o, list):
+        return [_strip_wall(v) for v in o]
+    return o
+
+
+@pytest.mark.timeout(120)
+def test_same_seed_same_results_apart_from_wall_clock() -> None:
+    from canary.bench.runner import run_suite
+
+    families = ["hard-mode", "benign"]
+    a = run_suite(quick=True, seed=3, families=families)
+    b = run_suite(quick=True, seed=3, families=families)
+    assert a["scenarios"] and _strip_wall(a) == _strip_wall(b)
+    # The repeated pair is answered from the evidence cache the first one filled.
+    again = next(s for s in a["scenarios"] if s["repeat_of"])
+    assert again["decisions"][ENGINE]["decided_by"] == "cache"
+
+
+@pytest.mark.skipif(not (SHARED / "data" / "gavel").is_dir(), reason="../shared/data/gavel is absent")
+def test_gavel_draw_follows_the_seed() -> None:
+    from canary.bench.scenarios import build_suite
+
+    def gavel_ids(seed: int) -> list[str]:
+        suite, _ = build_suite(quick=True, seed=seed)
+        return [s.id for s in suite if s.family == "gavel"]
+
+    assert gavel_ids(0) == gavel_ids(0)
+    assert gavel_ids(0) != gavel_ids(1)
+
+
+@pytest.mark.parametrize(("scenario_id", "resource"), [
+    ("sm-registers-llm-decode", "registers"),
+    ("sm-smem-embedding", "shared_memory"),
+    ("sm-warps-embedding", "warps"),
+    ("sm-blocks-embedding", "blocks"),
+    ("hbm-idle-notebook", "hbm"),
+    ("hbm-kv-pool-etl", "hbm"),
+    ("mig-fragmented-3g", "mig_placement"),
+    ("mig-4g-2g-taken", "mig_slices"),
+    ("mode-exclusive-l40s", "compute_mode"),
+    ("mode-prohibited-h100", "compute_mode"),
+])
+def test_physical_truth_of_hard_fit_scenarios(scenario_id: str, resource: str) -> None:
+    from canary.bench.scenarios import _hard_fit
+    from canary.bench.truth import ground_truth
+    from canary.policy import load_policy
+
+    scenario = next(s for s in _hard_fit() if s.id == scenario_id)
+    truth = ground_truth(scenario, load_policy("default"), seed=0)
+    assert not truth.safe and truth.resource == resource and truth.kind == "physical"
+
+
+def _o(verdict: str, safe: bool, *, resource: str | None = None, truth_resource: str | None = None,
+       p99: float | None = None, error: str | None = None) -> Outcome:
+    return Outcome("s", "f", safe, truth_resource, 10.0, 5.0 if safe else 50.0, p99, verdict, resource, 1.0, 0, error)
+
+
+@pytest.mark.parametrize(("outcome", "fa", "fr", "unknown", "p99"), [
+    (_o("admit", True), 0, 0, 0, 0),
+    (_o("admit", False), 1, 0, 0, 1),
+    (_o("reject", True), 0, 1, 0, 0),
+    (_o("reject", False), 0, 0, 0, 0),
+    (_o("unknown", False), 0, 0, 1, 0),
+    (_o("admit", False, error="boom"), 0, 0, 1, 0),
+    (_o("admit", True, p99=12.0), 0, 0, 0, 1),  # safe on the mean, beyond the bound at p99
+])
+def test_scoring_table(outcome: Outcome, fa: int, fr: int, unknown: int, p99: int) -> None:
+    m = summarize([outcome])
+    assert (m["false_admits"], m["false_rejects"], m["unknowns"], m["p99_violations"]) == (fa, fr, unknown, p99)
+
+
+def test_limiting_resource_accuracy_counts_only_correct_rejections() -> None:
+    rows = [_o("reject", False, resource="registers", truth_resource="registers"),
+            _o("reject", False, resource="utilization", truth_resource="interference"),
+            _o("reject", True, resource="hbm"),
+            _o("unknown", False, resource="resident_kernels", truth_resource="interference")]
+    m = summarize(rows)
+    assert m["limiting_resource_scored"] == 2 and m["limiting_resource_accuracy"] == 0.5
+    assert summarize([_o("admit", True)])["limiting_resource_accuracy"] is None
+
+
+def test_bad_seed_is_bad_input(tmp_path: Path) -> None:
+    proc = subprocess.run([*canary_cmd(), "bench", "--seed", "-1", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    assert "--seed" in proc.stderr and "Traceback" not in proc.stderr
