@@ -1,0 +1,230 @@
+"""``canary evidence list|show|expire|revoke|export|import`` — the pairwise evidence cache.
+
+Evidence is append-only: expiring, revoking and driver changes change a record's status, never delete
+it. Export writes JSON lines (a header line, then one record per line); import validates every line
+first and then adds the records in one transaction, never overwriting: a probe id already stored with
+different content is a conflict and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from canary.errors import EXIT_ADMIT
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "evidence",
+        help="the pairwise evidence cache: list, show, expire, revoke, export, import",
+        description=__doc__,
+    )
+    sub = parser.add_subparsers(dest="evidence_command", metavar="ACTION", required=True)
+
+    ls = sub.add_parser("list", help="records, newest first")
+    ls.add_argument("--pair", metavar="RESIDENT_VERSION:CANDIDATE_VERSION", help="only this workload pair")
+    ls.add_argument("--device-type", metavar="T", help="only this device type (e.g. h100-sxm)")
+    ls.add_argument("--status", choices=("current", "stale", "revoked"), help="only this status")
+    ls.add_argument(
+        "--limit", type=int, default=100, metavar="N", help="at most N records (0: all; default 100)"
+    )
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(handler=run_list)
+
+    show = sub.add_parser("show", help="one record and the history of its pair")
+    show.add_argument("id", metavar="ID", help="evidence id (or a unique prefix)")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(handler=run_show)
+
+    exp = sub.add_parser("expire", help="mark current records stale (all, or those created before a time)")
+    exp.add_argument("--before", metavar="ISO", help="only records created before this time (with a zone)")
+    exp.set_defaults(handler=run_expire)
+
+    rev = sub.add_parser("revoke", help="revoke one record, with a reason")
+    rev.add_argument("id", metavar="ID")
+    rev.add_argument("--why", required=True, metavar="TEXT", help="why the record must not be used")
+    rev.set_defaults(handler=run_revoke)
+
+    ex = sub.add_parser("export", help="write every record to FILE (JSON lines)")
+    ex.add_argument("file", metavar="FILE")
+    ex.set_defaults(handler=run_export)
+
+    im = sub.add_parser("import", help="add the records of FILE (all or nothing; never overwrites)")
+    im.add_argument("file", metavar="FILE")
+    im.set_defaults(handler=run_import)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from sqlalchemy import func, select
+
+    from evidence_store.cli_support import evidence_rows, store, table, write_json
+    from evidence_store.engine import session_scope
+    from evidence_store.models import Evidence
+    from evidence_store.repository import list_evidence
+
+    if args.limit < 0:
+        from canary.errors import UsageError
+
+        raise UsageError("must be 0 (all) or more", field="--limit")
+    with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        records = list_evidence(
+            session,
+            pair=args.pair,
+            device_type=args.device_type,
+            status=args.status,
+            limit=args.limit or None,
+        )
+        total = len(records)
+        if args.limit and total == args.limit and not args.json:
+            total = session.scalar(select(func.count()).select_from(Evidence)) or 0
+    if args.json:
+        write_json([r.model_dump(mode="json") for r in records])
+        return EXIT_ADMIT
+    if not records:
+        sys.stdout.write("no evidence matches\n")
+        return EXIT_ADMIT
+    headers, rows = evidence_rows(records)
+    sys.stdout.write(table(headers, rows) + "\n")
+    if args.limit and len(records) == args.limit:
+        sys.stdout.write(f"(first {args.limit} shown, {total} records in the store; --limit 0 shows all)\n")
+    return EXIT_ADMIT
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from evidence_store.cli_support import (
+        evidence_rows,
+        fmt_confidence,
+        fmt_slowdown,
+        fmt_time,
+        resolve_evidence_id,
+        store,
+        table,
+        write_json,
+    )
+    from evidence_store.engine import session_scope
+    from evidence_store.repository import history
+
+    with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        full_id = resolve_evidence_id(session, args.id)
+        records = history(session, full_id)
+    record = next(r for r in records if r.id == full_id)
+    if args.json:
+        write_json(
+            {
+                "evidence": record.model_dump(mode="json"),
+                "history": [r.model_dump(mode="json") for r in records],
+            }
+        )
+        return EXIT_ADMIT
+    key = record.key
+    details = [
+        ("id", record.id),
+        ("probe id", record.probe_id),
+        ("resident", f"{key.resident_version} ({key.resident_shape_family})"),
+        ("candidate", f"{key.candidate_version} ({key.candidate_shape_family})"),
+        ("device type", key.device_type),
+        ("regime", key.regime),
+        ("key digest", record.key_digest),
+        ("driver / CUDA", f"{record.driver_version or 'unknown'} / {record.cuda_version or 'unknown'}"),
+        ("device UUID", record.device_uuid or "unknown"),
+        ("source", record.source),
+        ("outcome", record.outcome),
+        ("resident slowdown", fmt_slowdown(record)),
+        (
+            "candidate slowdown",
+            "unknown" if record.candidate_slowdown is None else f"{record.candidate_slowdown * 100:.1f}%",
+        ),
+        ("confidence", fmt_confidence(record.confidence)),
+        ("samples / exposure", f"{record.samples} / {record.exposure_used}"),
+        ("time used", f"{record.time_used_s:.1f} s"),
+        ("created / expires", f"{fmt_time(record.created_at)} / {fmt_time(record.expires_at)}"),
+        (
+            "status",
+            record.status
+            + (
+                f" ({record.revoked_reason or record.stale_reason})"
+                if record.revoked_reason or record.stale_reason
+                else ""
+            ),
+        ),
+        ("superseded by", record.superseded_by or "-"),
+    ]
+    width = max(len(name) for name, _ in details)
+    sys.stdout.write("".join(f"{name.ljust(width)}  {value}\n" for name, value in details))
+    headers, rows = evidence_rows(records)
+    sys.stdout.write(f"\nhistory of this pair ({len(records)} record(s), newest first):\n")
+    sys.stdout.write(table(headers, rows) + "\n")
+    return EXIT_ADMIT
+
+
+def run_expire(args: argparse.Namespace) -> int:
+    from evidence_store.cli_support import parse_time, store
+    from evidence_store.engine import session_scope
+    from evidence_store.repository import expire
+
+    before = parse_time(args.before, field="--before") if args.before else None
+    with store(args.db) as engine, session_scope(engine) as session:
+        count = expire(session, before=before)
+    sys.stdout.write(f"{count} record(s) marked stale\n")
+    return EXIT_ADMIT
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    from evidence_store.cli_support import resolve_evidence_id, store
+    from evidence_store.engine import session_scope
+    from evidence_store.repository import revoke
+
+    with store(args.db) as engine, session_scope(engine) as session:
+        full_id = resolve_evidence_id(session, args.id)
+        revoke(session, full_id, args.why)
+    sys.stdout.write(f"revoked {full_id}\n")
+    return EXIT_ADMIT
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from evidence_store.cli_support import store, write_export
+    from evidence_store.engine import session_scope
+    from evidence_store.repository import iter_evidence
+
+    path = Path(args.file)
+    with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        count = write_export(path, iter_evidence(session))
+    sys.stdout.write(f"exported {count} record(s) to {path}\n")
+    return EXIT_ADMIT
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from canary.errors import InputError
+    from evidence_store.cli_support import read_export, store
+    from evidence_store.engine import session_scope
+    from evidence_store.repository import import_records
+
+    path = Path(args.file)
+    numbered = read_export(path)
+    with store(args.db) as engine, session_scope(engine) as session:
+        result = import_records(session, [rec for _, rec in numbered])
+        if result.conflicts:
+            shown = result.conflicts[:5]
+            lines = [
+                f"line {numbered[c.index][0]}: probe id {c.probe_id!r} conflicts on field '{c.field}' "
+                f"(store: {c.stored!r}, file: {c.given!r})"
+                for c in shown
+            ]
+            more = len(result.conflicts) - len(shown)
+            if more:
+                lines.append(f"… and {more} more")
+            raise InputError(
+                f"{len(result.conflicts)} conflict(s) with the store; nothing imported:\n  "
+                + "\n  ".join(lines),
+                file=str(path),
+            )
+    sys.stdout.write(
+        f"imported {result.inserted} record(s) from {path}; {result.unchanged} already present and unchanged\n"
+    )
+    return EXIT_ADMIT

@@ -1,0 +1,201 @@
+"""Pydantic models: what goes into the store and what comes out.
+
+These never import the ORM models (``evidence_store.models``); the repository converts between the two.
+Every timestamp is timezone-aware and normalised to UTC; a naive timestamp is rejected, because a
+clock without a zone cannot be compared with a lease or a TTL.
+
+Slowdowns are fractions of the resident's solo latency (or throughput loss): ``0.05`` means 5% slower.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any, Literal, Self
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evidence_store.keys import PairKey
+
+Source = Literal["canary", "production", "import"]
+Outcome = Literal["safe", "unsafe", "inconclusive", "aborted"]
+Status = Literal["current", "stale", "revoked"]
+ProbeState = Literal["running", "decided", "aborted", "rolled_back", "recorded", "failed"]
+PooledOutcome = Literal["safe", "unsafe"]
+
+SOURCES: tuple[Source, ...] = ("canary", "production", "import")
+OUTCOMES: tuple[Outcome, ...] = ("safe", "unsafe", "inconclusive", "aborted")
+STATUSES: tuple[Status, ...] = ("current", "stale", "revoked")
+PROBE_STATES: tuple[ProbeState, ...] = ("running", "decided", "aborted", "rolled_back", "recorded", "failed")
+
+EXPORT_FORMAT = "canary-evidence"
+EXPORT_VERSION = 1
+
+
+def to_utc(value: datetime) -> datetime:
+    """The same instant in UTC; a naive datetime is a programming error (``ValueError``)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamp has no time zone; give an aware UTC timestamp")
+    return value.astimezone(UTC)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EvidenceIn(_Frozen):
+    """One probe's (or production's, or an import's) observation of a pair.
+
+    ``resident_slowdown`` and its interval are ``None`` when the probe could not estimate them (an
+    aborted probe, a production SLO breach reported without a measurement); ``confidence`` is ``None``
+    when the source gives none. ``None`` is never read as zero.
+    """
+
+    probe_id: str = Field(min_length=1, max_length=200)
+    key: PairKey
+    driver_version: str | None = Field(default=None, min_length=1, max_length=100)
+    cuda_version: str | None = Field(default=None, min_length=1, max_length=100)
+    device_uuid: str | None = Field(default=None, min_length=1, max_length=200)
+    source: Source
+    outcome: Outcome
+    resident_slowdown: float | None = None
+    resident_slowdown_low: float | None = None
+    resident_slowdown_high: float | None = None
+    candidate_slowdown: float | None = None
+    samples: int = Field(ge=0)
+    exposure_used: int = Field(ge=0, description="requests (or kernel launches) the canary served")
+    time_used_s: float = Field(ge=0.0)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    created_at: AwareDatetime
+    expires_at: AwareDatetime
+
+    @field_validator("created_at", "expires_at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return to_utc(value)
+
+    @field_validator(
+        "resident_slowdown",
+        "resident_slowdown_low",
+        "resident_slowdown_high",
+        "candidate_slowdown",
+        "time_used_s",
+    )
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.expires_at <= self.created_at:
+            raise ValueError("expires_at must be later than created_at")
+        low, est, high = self.resident_slowdown_low, self.resident_slowdown, self.resident_slowdown_high
+        if (low is None) != (high is None):
+            raise ValueError("resident_slowdown_low and resident_slowdown_high come together or not at all")
+        if low is not None and high is not None:
+            if est is None:
+                raise ValueError("an interval needs its estimate: resident_slowdown is missing")
+            if not low <= est <= high:
+                raise ValueError(
+                    f"resident_slowdown_low <= resident_slowdown <= resident_slowdown_high is violated "
+                    f"({low} <= {est} <= {high})"
+                )
+        return self
+
+    def content(self) -> dict[str, Any]:
+        """The fields that make a record what it is, as JSON-ready values (used to compare retries)."""
+        return self.model_dump(mode="json")
+
+
+class EvidenceOut(EvidenceIn):
+    """A stored record: the observation plus its identity and lifecycle.
+
+    ``superseded_by`` is the id of the next newer record of the same key (``None`` while it is the
+    newest); ``revoked_reason`` / ``stale_reason`` are ``None`` unless the status says so.
+    """
+
+    id: str
+    key_digest: str
+    status: Status
+    superseded_by: str | None = None
+    revoked_reason: str | None = None
+    stale_reason: str | None = None
+
+    def as_input(self) -> EvidenceIn:
+        """The observation alone, without identity and lifecycle."""
+        return EvidenceIn.model_validate({name: getattr(self, name) for name in EvidenceIn.model_fields})
+
+
+class LookupResult(_Frozen):
+    """Pooled current evidence for one pair key.
+
+    ``outcome`` is ``None`` when there is no usable evidence (then every number is ``None`` or empty and
+    ``reason`` says why). ``confidence`` is ``None`` when no record of the deciding outcome carried one.
+    ``slowdown_estimate`` / ``slowdown_interval`` are ``None`` when no pooled record measured them.
+    """
+
+    outcome: PooledOutcome | None
+    evidence_ids: tuple[str, ...] = ()
+    evidence_timestamp: AwareDatetime | None = None
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    slowdown_estimate: float | None = None
+    slowdown_interval: tuple[float, float] | None = None
+    samples: int = 0
+    sources: tuple[Source, ...] = ()
+    cross_driver: bool = False
+    reason: str
+
+
+class CertificateOut(_Frozen):
+    """A stored certificate. ``recorded_at`` is ``None`` when the caller did not give a time."""
+
+    id: str
+    digest: str
+    certificate_json: dict[str, Any]
+    evidence_ids: tuple[str, ...]
+    recorded_at: AwareDatetime | None
+
+
+class ProbeRow(_Frozen):
+    """One probe in the journal. ``result_json`` is ``None`` until the probe reports a result."""
+
+    probe_id: str
+    key: PairKey
+    key_digest: str
+    owner: str
+    pid: int
+    pgid: int
+    budget_json: dict[str, Any]
+    state: ProbeState
+    result_json: dict[str, Any] | None
+    started_at: AwareDatetime
+    updated_at: AwareDatetime
+    lease_expires_at: AwareDatetime
+
+
+class ReservationOut(_Frozen):
+    """One booking. ``mps_pct`` / ``mig_instance`` are ``None`` when the booking holds none;
+    ``released_at`` is ``None`` while it was never released (it may still have expired)."""
+
+    id: str
+    device_id: str
+    holder: str
+    memory_bytes: int
+    mps_pct: float | None
+    mig_instance: str | None
+    created_at: AwareDatetime
+    expires_at: AwareDatetime
+    released_at: AwareDatetime | None
+
+    def active_at(self, now: datetime) -> bool:
+        """Counts against the device at ``now``: not released, lease not yet expired."""
+        return self.released_at is None and self.expires_at > to_utc(now)
+
+
+class ExportHeader(_Frozen):
+    """The first line of an export file."""
+
+    format: Literal["canary-evidence"]
+    version: Literal[1]

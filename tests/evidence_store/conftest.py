@@ -1,0 +1,128 @@
+"""Fixtures: every store test runs on SQLite (a file in a temporary directory) and on the real
+PostgreSQL server at 127.0.0.1:5432 (trust auth, user ``postgres``).
+
+PostgreSQL: every database this session creates is uniquely named (pid + random suffix) and dropped at
+the end, so parallel runs never collide. Store tests share one migrated database, emptied before each
+test; migration tests get an empty database of their own. The PostgreSQL cases skip, saying why, only when the server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from evidence_store.engine import make_engine, upgrade
+from evidence_store.models import Base
+from tests.evidence_store.evidence_store_testkit import FAST_RETRY
+
+PG_HOST = os.environ.get("CANARY_TEST_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("CANARY_TEST_PG_PORT", "5432"))
+
+
+def _pg_admin() -> Any:
+    import psycopg
+
+    return psycopg.connect(
+        host=PG_HOST, port=PG_PORT, user="postgres", dbname="postgres", autocommit=True, connect_timeout=3
+    )
+
+
+@dataclass
+class PgServer:
+    prefix: str
+    created: list[str]
+    shared: str | None = None
+
+    def url(self, dbname: str) -> str:
+        return f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{dbname}"
+
+    def create(self) -> str:
+        """A new empty database owned by this test session."""
+        name = f"{self.prefix}_{len(self.created)}"
+        with _pg_admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return self.url(name)
+
+    def clean_store(self) -> str:
+        """The session's migrated database, emptied of rows (faster than a database per test)."""
+        if self.shared is None:
+            self.shared = self.create()
+            upgrade(self.shared)
+        tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+        import psycopg
+
+        with psycopg.connect(self.shared, autocommit=True) as conn:
+            conn.execute(f"TRUNCATE {tables} CASCADE")
+        return self.shared
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer | None]:
+    try:
+        conn = _pg_admin()
+    except Exception:  # any failure to connect means: no server for this run (tests say why)
+        yield None
+        return
+    conn.close()
+    server = PgServer(prefix=f"canary_test_{os.getpid()}_{uuid.uuid4().hex[:8]}", created=[])
+    try:
+        yield server
+    finally:
+        with _pg_admin() as admin:
+            for name in reversed(server.created):
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _need_pg(pg_server: PgServer | None) -> PgServer:
+    if pg_server is None:
+        try:
+            _pg_admin().close()
+            reason = "PostgreSQL became reachable only after the session started"
+        except Exception as err:
+            reason = f"PostgreSQL at {PG_HOST}:{PG_PORT} is unreachable: {err}"
+        pytest.skip(reason)
+    return pg_server
+
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def empty_url(backend: str, tmp_path: Path, pg_server: PgServer | None) -> str:
+    """A store with no schema at all."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
+    return _need_pg(pg_server).create()
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path, pg_server: PgServer | None) -> str:
+    """A store migrated to head, private to the test."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
+        upgrade(url)
+        return url
+    return _need_pg(pg_server).clean_store()
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    eng = make_engine(store_url, retry=FAST_RETRY)
+    yield eng
+    eng.dispose()
