@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,22 +142,18 @@ def pair_key(req: Request, resident: Resident) -> PairKey | None:
 # --------------------------------------------------------------------------- evidence access
 
 
-def _default_sqlite_file() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("canary")) / "evidence.sqlite3"
-
-
 def store_url(explicit: str | None) -> str:
-    return explicit or os.environ.get("CANARY_DB_URL") or f"sqlite:///{_default_sqlite_file()}"
+    from evidence_store.location import default_db_url
+
+    return explicit or default_db_url()
 
 
 def store_exists(url: str) -> bool:
     """False only for a SQLite file that does not exist yet (nothing recorded); servers are assumed to."""
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///") :]
-        return path == ":memory:" or Path(path).exists()
-    return True
+    from evidence_store.location import sqlite_file
+
+    path = sqlite_file(url)
+    return path is None or path.exists()
 
 
 class EvidenceAccess:
@@ -437,10 +432,13 @@ def open_store_for_writing(url: str | None, *, announce: Any = None) -> Any:
     created at the current schema (zero setup); an existing store on an older schema is never
     migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
     from evidence_store.engine import check_schema, open_store, upgrade
+    from evidence_store.location import sqlite_file
 
     resolved = store_url(url)
     if not store_exists(resolved):
-        Path(resolved[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_file(resolved)
+        assert path is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
         upgrade(resolved)
         if announce is not None:
             announce(f"created a new evidence store at {resolved}")

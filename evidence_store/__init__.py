@@ -19,7 +19,6 @@ if TYPE_CHECKING:
         RetryPolicy,
         check_schema,
         current,
-        default_db_url,
         downgrade,
         make_engine,
         open_store,
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
         upgrade,
     )
     from evidence_store.errors import LeaseLost, ReservationConflict, TransientStoreError
+    from evidence_store.location import default_db_url
     from evidence_store.repository import (
         active_reservations,
         expire,
@@ -72,7 +72,7 @@ _LAZY: dict[str, str] = {
     "active_reservations": "evidence_store.repository",
     "check_schema": "evidence_store.engine",
     "current": "evidence_store.engine",
-    "default_db_url": "evidence_store.engine",
+    "default_db_url": "evidence_store.location",
     "downgrade": "evidence_store.engine",
     "expire": "evidence_store.repository",
     "expired_probes": "evidence_store.repository",

@@ -32,6 +32,7 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_a
 
 from canary.errors import InputError, SchemaOutOfDate, StoreUnavailable
 from evidence_store.errors import TransientStoreError
+from evidence_store.location import default_db_url, default_sqlite_path
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -77,23 +78,6 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
-
-
-def default_db_url() -> str:
-    """``$CANARY_DB_URL``, else a SQLite file in the user's data directory."""
-    import os
-
-    from_env = os.environ.get("CANARY_DB_URL")
-    if from_env:
-        return from_env
-    return f"sqlite:///{default_sqlite_path()}"
-
-
-def default_sqlite_path() -> Path:
-    """Where the zero-setup store lives: ``<user data dir>/evidence.sqlite3``."""
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("canary")) / "evidence.sqlite3"
 
 
 def redact(url: str | URL) -> str:
