@@ -71,7 +71,7 @@ class Resident(Model):
     pid: int | None = Field(default=None, ge=1)
     profile: WorkloadProfile | None = None
     observed_memory_bytes: Bytes | None = None
-    mig_instance: str | None = None
+    mig_instance: str | None = Field(default=None, description="the GPU instance it runs in: PROFILE or PROFILE@START")
     mps_active_thread_pct: int | None = Field(default=None, ge=1, le=100)
     green_sms: int | None = Field(default=None, ge=1)
 
