@@ -36,7 +36,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _describe(url: str | None) -> str:
-    from evidence_store.engine import current, default_db_url, head_revisions, redact
+    from evidence_store.engine import current, head_revisions, redact
+    from evidence_store.location import default_db_url
 
     at = current(url)
     heads = head_revisions()
