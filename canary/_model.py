@@ -18,7 +18,7 @@ from canary.errors import InputError
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid", defer_build=True)
 
 
 M = TypeVar("M", bound=BaseModel)
