@@ -10,16 +10,11 @@ are the trace's; the time axis is compressed 60×, which the report states).
 
 from __future__ import annotations
 
-import csv
-import io
-import tarfile
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from canary.errors import InputError
 
-TRACE_RELATIVE_PATH = Path("shared") / "data" / "alibaba-genai-2026" / "pod_gpu_duty_cycle_anon.tar.gz"
 WINDOW_SAMPLES = 10
 
 
@@ -44,33 +39,15 @@ class DutyWindow:
         return max(self.duty) - min(self.duty)
 
 
-def default_trace_path() -> Path:
-    return Path(__file__).resolve().parents[3] / TRACE_RELATIVE_PATH
-
-
 def load_duty_series(path: str | Path | None = None) -> dict[str, list[tuple[float, float]]]:
-    """Per pod, (timestamp, duty fraction) in time order. ``TraceDataMissing`` when the archive is
-    absent; ``InputError`` naming the file and field when it is not in the documented format."""
-    file = Path(path) if path is not None else default_trace_path()
-    if not file.is_file():
-        raise TraceDataMissing(f"duty-cycle trace not found at {file}", file=str(file))
-    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    """Per pod, (timestamp, duty fraction) in time order — the simulator's loader of the same trace.
+    ``TraceDataMissing`` when the archive is absent."""
+    from canary.sim.alibaba import AlibabaDataMissing, load_duty_cycle_series
+
     try:
-        with tarfile.open(file, "r:gz") as tar:
-            member = next((m for m in tar.getmembers() if m.name.endswith(".csv")), None)
-            if member is None:
-                raise InputError("no CSV inside the archive", file=str(file))
-            raw = tar.extractfile(member)
-            if raw is None:
-                raise InputError(f"cannot read {member.name}", file=str(file))
-            for n, row in enumerate(csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8"))):
-                try:
-                    series[row["container_ip"]].append((float(row["timestamp_anon"]), float(row["value"]) / 100.0))
-                except (KeyError, ValueError) as exc:
-                    raise InputError(f"row {n + 2}: {exc}", file=str(file), field="value") from None
-    except (OSError, tarfile.TarError) as exc:
-        raise InputError(f"cannot read the trace archive: {exc}", file=str(file)) from None
-    return {pod: sorted(points) for pod, points in series.items()}
+        return load_duty_cycle_series(path)
+    except AlibabaDataMissing as exc:
+        raise TraceDataMissing(exc.problem, file=exc.file) from None
 
 
 def windows(series: dict[str, list[tuple[float, float]]]) -> list[DutyWindow]:
