@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from canary.catalog import DeviceSpec, all_devices
-from canary.occupancy import cuda_occupancy
-
 ROOT = Path(__file__).resolve().parents[1]
-HARNESS = ROOT / "tests" / "harness" / "occupancy_ref.cpp"
-HEADER_DIR = Path("/usr/local/cuda/include")
-INT_MAX = 2**31 - 1
-FLAG_BITS = {"warps": 0x01, "registers": 0x02, "shared_memory": 0x04, "blocks": 0x08, "barriers": 0x10}
+sys.path.insert(0, str(ROOT))
+
+from canary.catalog import DeviceSpec, all_devices  # noqa: E402
+from canary.occupancy import cuda_occupancy  # noqa: E402
+from tests.harness.occupancy_reference import (  # noqa: E402
+    as_reference_row,
+    compile_reference,
+    missing_reason,
+    reference_line,
+    run_reference,
+)
 
 Case = tuple[DeviceSpec, int, int, int, int, int, int]
 
@@ -52,35 +54,9 @@ def make_cases(count: int, seed: int) -> list[Case]:
     return cases
 
 
-def reference_line(case: Case) -> str:
-    spec, regs, block, static, dynamic, carveout, barriers = case
-    assert spec.compute_capability is not None
-    values = (
-        *spec.compute_capability,
-        spec.max_threads_per_block,
-        spec.max_threads_per_sm,
-        spec.registers_per_block,
-        spec.registers_per_sm,
-        spec.warp_size,
-        spec.shared_memory_per_block_bytes,
-        spec.shared_memory_per_sm_bytes,
-        spec.sm_count,
-        spec.shared_memory_per_block_optin_bytes,
-        spec.reserved_shared_memory_per_block_bytes,
-        regs,
-        block,
-        static,
-        dynamic,
-        max(spec.shared_memory_per_block_optin_bytes - static, 0),
-        carveout,
-        barriers,
-    )
-    return " ".join(map(str, values))
-
-
 def python_row(case: Case) -> list[int]:
     spec, regs, block, static, dynamic, carveout, barriers = case
-    result = cuda_occupancy(
+    return as_reference_row(cuda_occupancy(
         spec,
         registers_per_thread=regs,
         threads_per_block=block,
@@ -88,23 +64,7 @@ def python_row(case: Case) -> list[int]:
         dynamic_shared_bytes=dynamic,
         carveout_pct=carveout,
         barriers=barriers,
-    )
-
-    def c(value: int | None) -> int:
-        return INT_MAX if value is None else value
-
-    return [
-        0,
-        result.active_blocks_per_sm,
-        sum(FLAG_BITS[name] for name in result.limiting),
-        c(result.block_limit_registers),
-        c(result.block_limit_shared_memory),
-        result.block_limit_warps,
-        result.block_limit_blocks,
-        c(result.block_limit_barriers),
-        result.allocated_registers_per_block,
-        result.allocated_shared_memory_per_block,
-    ]
+    ))
 
 
 def main() -> int:
@@ -114,21 +74,17 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    compiler = shutil.which("g++")
-    if compiler is None or not (HEADER_DIR / "cuda_occupancy.h").is_file():
-        sys.stderr.write("needs g++ and /usr/local/cuda/include/cuda_occupancy.h\n")
+    reason = missing_reason()
+    if reason is not None:
+        sys.stderr.write(f"{reason}\n")
         return 4
     cases = make_cases(args.cases, args.seed)
-    lines = [reference_line(case) for case in cases]
+    lines = [reference_line(*case) for case in cases]
     with tempfile.TemporaryDirectory() as tmp:
-        binary = Path(tmp) / "occupancy_ref"
-        subprocess.run([compiler, "-O2", f"-I{HEADER_DIR}", "-o", str(binary), str(HARNESS)], check=True)
+        binary = compile_reference(Path(tmp), optimize="-O2")
         start = time.perf_counter()
-        done = subprocess.run(
-            [str(binary)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True
-        )
+        expected = run_reference(binary, lines)
         reference_s = time.perf_counter() - start
-    expected = [[int(x) for x in row.split()] for row in done.stdout.splitlines()]
     start = time.perf_counter()
     got = [python_row(case) for case in cases]
     python_s = time.perf_counter() - start

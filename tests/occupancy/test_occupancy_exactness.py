@@ -12,96 +12,38 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from canary.catalog import DeviceSpec, all_devices, lookup
 from canary.errors import InputError
-from canary.occupancy import OccupancyResult, cuda_occupancy
+from canary.occupancy import cuda_occupancy
+from tests.harness.occupancy_reference import (
+    FLAG_BITS,
+    as_reference_row,
+    compile_reference,
+    missing_reason,
+    reference_line,
+    run_reference,
+)
 
-HEADER_DIR = Path("/usr/local/cuda/include")
-HARNESS = Path(__file__).resolve().parents[1] / "harness" / "occupancy_ref.cpp"
-INT_MAX = 2**31 - 1
 SEED = 20261130
 CASES = 12_000
-_FLAG_BITS = {"warps": 0x01, "registers": 0x02, "shared_memory": 0x04, "blocks": 0x08, "barriers": 0x10}
+_FLAG_BITS = FLAG_BITS
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (HEADER_DIR / "cuda_occupancy.h").is_file():
-        pytest.skip(
-            f"cuda_occupancy.h not found under {HEADER_DIR}: install the CUDA toolkit headers to run the exactness sweep"
-        )
-    compiler = shutil.which("g++")
-    if compiler is None:
-        pytest.skip("g++ not found: the exactness sweep compiles cuda_occupancy.h with g++")
-    binary = tmp_path_factory.mktemp("occref") / "occupancy_ref"
-    subprocess.run(
-        [compiler, "-O1", "-Wall", "-Werror", f"-I{HEADER_DIR}", "-o", str(binary), str(HARNESS)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return binary
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(f"{reason}: the exactness sweep needs it")
+    return compile_reference(tmp_path_factory.mktemp("occref"))
 
 
-def _line(
-    spec: DeviceSpec, regs: int, block: int, static: int, dynamic: int, carveout: int, barriers: int
-) -> str:
-    assert spec.compute_capability is not None
-    max_dynamic = max(spec.shared_memory_per_block_optin_bytes - static, 0)
-    values = (
-        *spec.compute_capability,
-        spec.max_threads_per_block,
-        spec.max_threads_per_sm,
-        spec.registers_per_block,
-        spec.registers_per_sm,
-        spec.warp_size,
-        spec.shared_memory_per_block_bytes,
-        spec.shared_memory_per_sm_bytes,
-        spec.sm_count,
-        spec.shared_memory_per_block_optin_bytes,
-        spec.reserved_shared_memory_per_block_bytes,
-        regs,
-        block,
-        static,
-        dynamic,
-        max_dynamic,
-        carveout,
-        barriers,
-    )
-    return " ".join(str(v) for v in values)
-
-
-def _run_reference(binary: Path, lines: list[str]) -> list[list[int]]:
-    completed = subprocess.run(
-        [str(binary)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True, timeout=120
-    )
-    rows = [[int(x) for x in row.split()] for row in completed.stdout.splitlines()]
-    assert len(rows) == len(lines)
-    return rows
-
-
-def _as_reference(result: OccupancyResult) -> list[int]:
-    def c(value: int | None) -> int:
-        return INT_MAX if value is None else value
-
-    return [
-        0,
-        result.active_blocks_per_sm,
-        sum(_FLAG_BITS[name] for name in result.limiting),
-        c(result.block_limit_registers),
-        c(result.block_limit_shared_memory),
-        result.block_limit_warps,
-        result.block_limit_blocks,
-        c(result.block_limit_barriers),
-        result.allocated_registers_per_block,
-        result.allocated_shared_memory_per_block,
-    ]
+_line = reference_line
+_run_reference = run_reference
+_as_reference = as_reference_row
 
 
 def _random_cases(
