@@ -391,42 +391,6 @@ def utcnow() -> dt.datetime:
 # --------------------------------------------------------------------------- both stages
 
 
-class StoreJournal:
-    """The probe journal over the evidence store: each write is its own committed transaction,
-    because the row must exist before the candidate starts and survive a crash of this process."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    def _now(self) -> dt.datetime:
-        return utcnow()
-
-    def start(self, probe_id: str, key_json: dict[str, Any], owner: str, lease_s: float, pid: int, pgid: int,
-              budget_json: dict[str, Any]) -> None:
-        from evidence_store import repository
-        from evidence_store.engine import session_scope
-        from evidence_store.keys import PairKey
-
-        with session_scope(self.engine) as session:
-            repository.journal_start(session, probe_id=probe_id, key=PairKey.from_dict(key_json), owner=owner,
-                                     lease_s=lease_s, pid=pid, pgid=pgid, budget_json=budget_json, now=self._now())
-
-    def heartbeat(self, probe_id: str, lease_s: float) -> None:
-        from evidence_store import repository
-        from evidence_store.engine import session_scope
-
-        with session_scope(self.engine) as session:
-            repository.journal_heartbeat(session, probe_id, lease_s, self._now())
-
-    def finish(self, probe_id: str, state: str, result_json: dict[str, Any]) -> None:
-        from evidence_store import repository
-        from evidence_store.engine import session_scope
-
-        with session_scope(self.engine) as session:
-            repository.journal_update(session, probe_id, state=state, result_json=result_json,  # type: ignore[arg-type]
-                                      now=self._now())
-
-
 def open_store_for_writing(url: str | None, *, announce: Any = None) -> Any:
     """The store's engine, at the current schema. A default SQLite file that does not exist yet is
     created at the current schema (zero setup); an existing store on an older schema is never
@@ -466,14 +430,17 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
     budget = req.policy.budget_for(resident.profile.workload_class)
     sim_device = None
     handle = None
-    if req.device.kind in ("catalog", "file"):
+    executor_kind = req.candidate.canary.executor if req.candidate.canary else "sim"
+    monitor_kind = resident.profile.canary.monitor if resident.profile.canary else "sim"
+    if "sim" in (executor_kind, monitor_kind):
+        if req.device.kind not in ("catalog", "file"):
+            raise InputError(f"{req.device.ref} is a live device: the candidate's canary executor must be "
+                             "'process' or 'cuda' and the resident's monitor 'http' or 'prometheus', not 'sim'",
+                             field="canary")
         from canary.sim import SimDevice
 
         sim_device = SimDevice.from_snapshot(req.snapshot, req.spec, seed=seed, regime=str(req.regime))
         handle = next((h for h in sim_device.handles() if h.startswith(f"resident:{resident.name}#")), None)
-    elif (req.candidate.canary is None or req.candidate.canary.executor == "sim"):
-        raise InputError("a live device needs the candidate's canary executor to be 'process' or 'cuda'",
-                         field="canary.executor")
     executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
     monitor = make_monitor(resident.profile, sim_device=sim_device, sim_resident_handle=handle)
     slo = resident.profile.slo.latency_p99_ms if resident.profile.slo else None
@@ -481,7 +448,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
 
     result = await run_probe(
         probe_id=f"probe-{uuid.uuid4()}",
-        budget=budget.override(max_resident_slowdown_pct=_slowdown_bound(resident.profile, budget.max_resident_slowdown_pct)),
+        budget=_fit_budget(budget, resident.profile),
         executor=executor,
         monitor=monitor,
         journal=journal,
@@ -490,6 +457,21 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
     )
     return ProbeRun(resident.name, key, result)
+
+
+def _fit_budget(budget: Any, resident: WorkloadProfile) -> Any:
+    """The class budget fitted to this resident: its own slowdown bound when stricter, and windows
+    long enough to hold ``min_samples_per_window`` of its requests (a resident whose requests take
+    seconds yields no data in one-second windows, which would abort every probe)."""
+    changes: dict[str, float] = {
+        "max_resident_slowdown_pct": _slowdown_bound(resident, budget.max_resident_slowdown_pct)}
+    if resident.slo is not None and resident.slo.latency_p99_ms is not None:
+        needed_s = 2 * budget.min_samples_per_window * resident.slo.latency_p99_ms / 1000
+        if needed_s > budget.sampling_window_s:
+            changes["sampling_window_s"] = min(needed_s, budget.max_probe_time_s)
+        if needed_s > budget.baseline_window_s:
+            changes["baseline_window_s"] = min(needed_s, budget.max_probe_time_s)
+    return budget.override(**changes)
 
 
 def _slowdown_bound(resident: WorkloadProfile, budget_pct: float) -> float:
@@ -613,6 +595,8 @@ async def admit_async(
                    if e.outcome is None and e.key is not None]
         if decision.verdict == "unknown" and missing and probe and not any(
                 e.outcome is None and e.key is None for e in evidence):
+            from evidence_store.journal import StoreJournal
+
             journal = StoreJournal(engine)
             _recover_orphans(engine, clock(), announce)
             for i, (resident, e) in enumerate(missing):

@@ -28,7 +28,9 @@ class RiskBudget(Model):
     window_statistic: Literal["mean", "median"] = "mean"
     min_samples_per_window: int = Field(default=3, ge=1)
     outlier_factor: float | None = Field(
-        default=None, gt=1, description="drop samples above this multiple of their window's median; None keeps all"
+        default=None,
+        gt=1,
+        description="drop samples above this multiple of their window's median; None keeps all",
     )
     judge_mixture_precision: float = Field(
         default=0.5, gt=0, le=100, description="precision of the judge's mixture over standardised effects"
@@ -49,7 +51,11 @@ class RiskBudget(Model):
     @property
     def effective_slowdown_guard_pct(self) -> float:
         """The per-window guard: the configured one, else three times the slowdown bound."""
-        return self.slowdown_guard_pct if self.slowdown_guard_pct is not None else 3 * self.max_resident_slowdown_pct
+        return (
+            self.slowdown_guard_pct
+            if self.slowdown_guard_pct is not None
+            else 3 * self.max_resident_slowdown_pct
+        )
 
     def override(self, **changes: Any) -> RiskBudget:
         """A copy with some bounds changed (per-call overrides), validated again."""

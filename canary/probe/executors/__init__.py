@@ -1,0 +1,1 @@
+"""Executors start, load and stop the candidate: ``sim``, ``process`` (and ``cuda``, separately)."""

@@ -1,0 +1,1 @@
+"""Monitors measure the resident: ``sim``, ``http``, ``prometheus``."""

@@ -1,0 +1,576 @@
+"""The probe orchestrator: runs one bounded canary and always rolls it back.
+
+States (each transition is recorded as ``(state, at, message)``)::
+
+    PENDING → BASELINE → PROBING ⇄ JUDGING → DECIDED | ABORTED → ROLLED_BACK → RECORDED
+
+- ``PENDING``: the candidate's process is created but held; the journal row is written (``running``,
+  with owner, lease, pid and process group) **before** the candidate is let run.
+- ``BASELINE``: one window of the resident alone; no data, garbage, or an SLO already breached
+  aborts (no data is never a pass).
+- ``PROBING``: canary-on and canary-off windows interleaved as off/on, on/off, … (ABBA, cancels linear
+  drift). Before every on-window the exposure left is computed; the executor gets an
+  :class:`~canary.probe.interfaces.ExposureGate` and cannot send a request past it. An on-window
+  whose resident p99 breaches the SLO, or whose slowdown against the adjacent off-window exceeds
+  the guard, decides *unsafe* at once: rollback follows within that window.
+- ``JUDGING``: after each pair, the sequential judge (:mod:`canary.probe.judge`).
+- ``DECIDED`` (safe / unsafe / inconclusive, also when the time or exposure budget ends) or
+  ``ABORTED`` (start failure, garbage data, an executor or monitor error, cancellation).
+- ``ROLLED_BACK``: rollback **always** runs — on success, failure, timeout, cancellation and Ctrl-C —
+  shielded from cancellation, bounded by :data:`ROLLBACK_GRACE_S`, idempotent, and verified by the
+  executor (its processes gone; memory back where the backend can tell).
+- ``RECORDED``: the result is written to the journal (or the probe had none).
+
+Time: the probe body runs under ``move_on_after(max_probe_time_s)`` (the deadline is a cancel scope);
+rollback and journal writes take at most :data:`ROLLBACK_GRACE_S` more, so a probe's wall time is at
+most ``max_probe_time_s + 2 s``. With the simulator, the budget is checked in simulated time (each
+window advances the simulated clock) and ``time_used_s`` reports simulated seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import anyio
+
+from canary.errors import ProbeError
+from canary.probe.budget import RiskBudget
+from canary.probe.interfaces import (
+    Executor,
+    ExposureGate,
+    Journal,
+    Monitor,
+    RollbackReport,
+    WindowSample,
+)
+from canary.probe.judge import (
+    CleanWindow,
+    JudgeSettings,
+    Judgment,
+    WindowPair,
+    judge,
+    preprocess_window,
+)
+
+ProbeState = Literal[
+    "PENDING", "BASELINE", "PROBING", "JUDGING", "DECIDED", "ABORTED", "ROLLED_BACK", "RECORDED"
+]
+Outcome = Literal["safe", "unsafe", "inconclusive", "aborted"]
+
+#: The transition table: from each state, the states it may go to.
+TRANSITIONS: dict[ProbeState, frozenset[ProbeState]] = {
+    "PENDING": frozenset({"BASELINE", "ABORTED"}),
+    "BASELINE": frozenset({"PROBING", "ABORTED"}),
+    "PROBING": frozenset({"JUDGING", "DECIDED", "ABORTED"}),
+    "JUDGING": frozenset({"PROBING", "DECIDED", "ABORTED"}),
+    "DECIDED": frozenset({"ROLLED_BACK"}),
+    "ABORTED": frozenset({"ROLLED_BACK"}),
+    "ROLLED_BACK": frozenset({"RECORDED"}),
+    "RECORDED": frozenset(),
+}
+
+#: Time allowed after the deadline for rollback (incl. SIGTERM→SIGKILL), closing the monitor and the journal.
+ROLLBACK_GRACE_S = 1.8
+#: Default journal lease; a heartbeat renews it every third of it.
+DEFAULT_LEASE_S = 15.0
+
+
+class InvalidTransition(RuntimeError):
+    """A transition the table does not allow: a bug in the orchestrator, never a user error."""
+
+
+class RollbackFailed(ProbeError):
+    """The candidate could not be proven gone after rollback. ``result`` holds the probe's result."""
+
+    def __init__(self, message: str, result: ProbeResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    state: ProbeState
+    at: dt.datetime
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeProgress:
+    """A live view for progress displays. Estimate and interval are ``None`` until a pair is judged."""
+
+    probe_id: str
+    state: ProbeState
+    time_used_s: float
+    max_probe_time_s: float
+    exposure_used: int
+    max_requests_exposed: int
+    windows: int
+    estimate_pct: float | None
+    interval_pct: tuple[float, float] | None
+    simulated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One probe's result. Slowdown numbers are ``None`` when the judge had no usable pair; an interval
+    endpoint may be ``±inf`` while the data could not bound it (the summary then omits the interval)."""
+
+    probe_id: str
+    outcome: Outcome
+    state: ProbeState
+    transitions: tuple[Transition, ...]
+    judgment: Judgment | None
+    slowdown_estimate_pct: float | None
+    slowdown_interval_pct: tuple[float, float] | None
+    confidence: float | None
+    samples: int
+    window_pairs: int
+    exposure_used: int
+    time_used_s: float
+    wall_time_s: float
+    windows: int
+    rollback_reason: str
+    rollback_verified: bool
+    rollback_detail: str
+    simulated: bool
+    budget: RiskBudget
+
+    def to_summary_dict(self) -> dict[str, Any]:
+        """Fields of :class:`canary.certificate.ProbeSummary` (JSON-safe: no infinities)."""
+        interval = self.slowdown_interval_pct
+        if interval is not None and not all(math.isfinite(v) for v in interval):
+            interval = None
+        estimate = self.slowdown_estimate_pct
+        if estimate is not None and not math.isfinite(estimate):
+            estimate = None
+        return {
+            "probe_id": self.probe_id,
+            "state": self.state,
+            "outcome": self.outcome,
+            "time_used_s": self.time_used_s,
+            "exposure_used": self.exposure_used,
+            "windows": self.windows,
+            "rollback_reason": self.rollback_reason,
+            "slowdown_estimate_pct": estimate,
+            "slowdown_interval_pct": interval,
+            "confidence": self.confidence,
+            "simulated": self.simulated,
+            "budget": {
+                k: v for k, v in self.budget.model_dump().items() if isinstance(v, int | float | bool)
+            },
+        }
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Everything, JSON-ready (the journal's ``result_json``)."""
+        data = self.to_summary_dict()
+        data["transitions"] = [[t.state, t.at.isoformat(), t.message] for t in self.transitions]
+        data["rollback_verified"] = self.rollback_verified
+        data["rollback_detail"] = self.rollback_detail
+        data["samples"] = self.samples
+        data["window_pairs"] = self.window_pairs
+        data["wall_time_s"] = self.wall_time_s
+        data["judgment_label"] = self.judgment.label if self.judgment else None
+        data["judgment_reason"] = self.judgment.reason if self.judgment else None
+        return data
+
+
+class _Stop(Exception):
+    """Ends the probe body early with a decision already recorded."""
+
+
+@dataclass
+class _Run:
+    probe_id: str
+    budget: RiskBudget
+    executor: Executor
+    monitor: Monitor
+    journal: Journal | None
+    key_json: dict[str, Any]
+    owner: str
+    progress: Callable[[ProbeProgress], None] | None
+    slo_latency_p99_ms: float | None
+    lease_s: float
+    rollback_grace_s: float
+    settings: JudgeSettings = field(init=False)
+    state: ProbeState | None = None
+    transitions: list[Transition] = field(default_factory=list)
+    pairs: list[WindowPair] = field(default_factory=list)
+    judgment: Judgment | None = None
+    outcome: Outcome | None = None
+    rollback_reason: str = ""
+    exposure_used: int = 0
+    windows: int = 0
+    sim_time_s: float = 0.0
+    t0: float = 0.0
+    journaled: bool = False
+    last_off: CleanWindow | None = None
+    progress_error: str | None = None
+
+    def __post_init__(self) -> None:
+        self.settings = JudgeSettings.from_budget(self.budget)
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.executor.simulated and self.monitor.simulated)
+
+    def time_used_s(self) -> float:
+        return self.sim_time_s if self.simulated else anyio.current_time() - self.t0
+
+    # -- states -------------------------------------------------------------------------------
+    def go(self, state: ProbeState, message: str) -> None:
+        if self.state is not None and state not in TRANSITIONS[self.state]:
+            raise InvalidTransition(f"{self.state} → {state} is not allowed ({message})")
+        if self.state is None and state != "PENDING":
+            raise InvalidTransition(f"a probe starts in PENDING, not {state}")
+        self.state = state
+        self.transitions.append(Transition(state, dt.datetime.now(dt.UTC), message))
+        self.report()
+
+    def report(self) -> None:
+        """Call the progress display. Its failure must never skip a rollback: it is kept, the display
+        is not called again, and the probe body aborts at its next window (see ``measure``)."""
+        if self.progress is None or self.state is None:
+            return
+        j = self.judgment
+        try:
+            self._call_progress(j)
+        except Exception as exc:
+            self.progress = None
+            self.progress_error = f"progress display raised {type(exc).__name__}: {exc}"
+
+    def _call_progress(self, j: Judgment | None) -> None:
+        assert self.progress is not None and self.state is not None
+        self.progress(
+            ProbeProgress(
+                probe_id=self.probe_id,
+                state=self.state,
+                time_used_s=self.time_used_s(),
+                max_probe_time_s=self.budget.max_probe_time_s,
+                exposure_used=self.exposure_used,
+                max_requests_exposed=self.budget.max_requests_exposed,
+                windows=self.windows,
+                estimate_pct=j.estimate_pct if j else None,
+                interval_pct=j.interval_pct if j else None,
+                simulated=self.simulated,
+            )
+        )
+
+    def decide(self, judgment: Judgment, why: str) -> None:
+        self.judgment = judgment
+        label = judgment.label
+        if label == "error" or label is None:
+            self.abort(f"judge error: {judgment.reason}")
+            return
+        self.outcome = "inconclusive" if label == "no-data" else label
+        self.rollback_reason = why
+        self.go("DECIDED", f"{label}: {judgment.reason}")
+
+    def abort(self, why: str) -> None:
+        if self.state in ("DECIDED", "ABORTED", "ROLLED_BACK", "RECORDED"):
+            return
+        self.outcome = "aborted"
+        self.rollback_reason = why
+        self.go("ABORTED", why)
+
+    # -- the probe ------------------------------------------------------------------------------
+    def time_left_for(self, duration_s: float) -> bool:
+        return self.time_used_s() + duration_s <= self.budget.max_probe_time_s + 1e-9
+
+    async def measure(self, kind: Literal["off", "on", "baseline"], duration_s: float) -> WindowSample:
+        if kind != "on":
+            sample = await self.monitor.measure(duration_s)
+        else:
+            gate = ExposureGate(self.budget.max_requests_exposed - self.exposure_used)
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(_drive, self.executor, duration_s, gate)
+                    sample = await self.monitor.measure(duration_s)
+                    tg.cancel_scope.cancel()
+            finally:
+                # Count what the gate granted, never what the executor reports.
+                self.exposure_used += gate.used
+        self.sim_time_s += duration_s
+        self.windows += 1
+        if self.journal is not None and self.journaled:
+            self.journal.heartbeat(self.probe_id, self.lease_s)
+        self.report()
+        if self.progress_error is not None:
+            raise ProbeError(self.progress_error)
+        return sample
+
+    async def heartbeat_loop(self) -> None:
+        assert self.journal is not None
+        while True:
+            await anyio.sleep(self.lease_s / 3)
+            self.journal.heartbeat(self.probe_id, self.lease_s)
+
+    async def body(self, tg: anyio.abc.TaskGroup) -> None:
+        candidate = await self.executor.prepare(self.probe_id)
+        if self.journal is not None:
+            pid, pgid = (candidate.pid, candidate.pgid) if candidate else (os.getpid(), 0)
+            self.journal.start(
+                self.probe_id,
+                self.key_json,
+                self.owner,
+                self.lease_s,
+                pid,
+                pgid,
+                self.budget.model_dump(mode="json"),
+            )
+            self.journaled = True
+            tg.start_soon(self.heartbeat_loop)
+        await self.monitor.open()
+        self.go("BASELINE", "measuring the resident alone")
+        if not self.time_left_for(self.budget.baseline_window_s):
+            self.abort("the baseline window does not fit in the time budget")
+            raise _Stop
+        base = preprocess_window(
+            (await self.measure("baseline", self.budget.baseline_window_s)).latencies_ms, self.settings
+        )
+        if base.status != "ok":
+            self.abort(f"baseline: {base.status}: {base.reason}; no data is never a pass")
+            raise _Stop
+        p99 = _p99(base.values_ms)
+        if self.slo_latency_p99_ms is not None and p99 > self.slo_latency_p99_ms:
+            self.abort(
+                f"the resident breaches its SLO before the canary starts: p99 {p99:.2f} ms > {self.slo_latency_p99_ms:g} ms"
+            )
+            raise _Stop
+        self.last_off = base
+        await self.executor.start()
+        self.go("PROBING", "candidate started")
+        window_s = self.budget.sampling_window_s
+        index = 0
+        while True:
+            order: tuple[Literal["off", "on"], ...] = ("off", "on") if index % 2 == 0 else ("on", "off")
+            got: dict[str, WindowSample] = {}
+            for kind in order:
+                if not self.time_left_for(window_s):
+                    return self.final_judgment("time budget spent")
+                if kind == "on" and self.exposure_used >= self.budget.max_requests_exposed:
+                    return self.final_judgment("exposure budget spent")
+                got[kind] = await self.measure(kind, window_s)
+                if kind == "off":
+                    clean_off = preprocess_window(got["off"].latencies_ms, self.settings)
+                    if clean_off.status == "ok":
+                        self.last_off = clean_off
+                else:
+                    self.guard(preprocess_window(got["on"].latencies_ms, self.settings), partial=got)
+            self.pairs.append(WindowPair(got["off"].latencies_ms, got["on"].latencies_ms))
+            index += 1
+            self.go("JUDGING", f"pair {index}")
+            j = judge(self.pairs, self.settings, budget_exhausted=False)
+            self.judgment = j
+            if j.label == "error":
+                self.abort(f"judge error: {j.reason}")
+                raise _Stop
+            if j.decided:
+                self.decide(j, f"decided: {j.label}")
+                return None
+            self.go("PROBING", j.reason)
+
+    def guard(self, on: CleanWindow, *, partial: dict[str, WindowSample]) -> None:
+        """SLO breach and slowdown guard on one on-window: decide *unsafe* at once."""
+        reason = None
+        if (
+            on.status == "ok"
+            and self.slo_latency_p99_ms is not None
+            and self.budget.rollback_on_slo_violation
+        ):
+            p99 = _p99(on.values_ms)
+            if p99 > self.slo_latency_p99_ms:
+                reason = f"slo-breach: resident p99 {p99:.2f} ms > SLO {self.slo_latency_p99_ms:g} ms with the canary on"
+        if reason is None and on.statistic_ms is not None and self.last_off and self.last_off.statistic_ms:
+            slowdown_pct = 100.0 * (on.statistic_ms / self.last_off.statistic_ms - 1.0)
+            guard_pct = self.budget.effective_slowdown_guard_pct
+            if slowdown_pct > guard_pct:
+                reason = f"slowdown-guard: one window {slowdown_pct:.1f}% slower > guard {guard_pct:g}%"
+        if reason is None:
+            return
+        pairs = list(self.pairs)
+        if "off" in partial:
+            pairs.append(WindowPair(partial["off"].latencies_ms, partial["on"].latencies_ms))
+        base = judge(pairs, self.settings, budget_exhausted=False) if pairs else None
+        j = Judgment(
+            "unsafe",
+            base.estimate_pct if base else None,
+            base.interval_pct if base else None,
+            self.settings.required_confidence,
+            len(pairs),
+            base.raw_samples if base else len(partial["on"].latencies_ms),
+            reason,
+        )
+        self.decide(j, reason)
+        raise _Stop
+
+    def final_judgment(self, why: str) -> None:
+        if self.state != "JUDGING":
+            self.go("JUDGING", why)
+        j = judge(self.pairs, self.settings, budget_exhausted=True)
+        if j.label == "error":
+            self.judgment = j
+            self.abort(f"judge error: {j.reason}")
+            return
+        self.decide(j, f"{why}: {j.label}")
+
+    async def rollback(self) -> RollbackReport:
+        """Shielded, bounded, always run; never raises (a failure is reported unverified)."""
+        report = RollbackReport(False, f"rollback did not finish within {self.rollback_grace_s:g} s")
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self.rollback_grace_s):
+                try:
+                    report = await self.executor.rollback()
+                except Exception as exc:  # reported, never swallowed: the result says unverified and why
+                    report = RollbackReport(False, f"rollback raised {type(exc).__name__}: {exc}")
+                try:
+                    await self.monitor.close()
+                except Exception as exc:
+                    report = replace(report, detail=f"{report.detail}; monitor close raised {exc!r}")
+        return report
+
+    def result(self, report: RollbackReport) -> ProbeResult:
+        assert self.state is not None and self.outcome is not None
+        j = self.judgment
+        return ProbeResult(
+            probe_id=self.probe_id,
+            outcome=self.outcome,
+            state=self.state,
+            transitions=tuple(self.transitions),
+            judgment=j,
+            slowdown_estimate_pct=j.estimate_pct if j else None,
+            slowdown_interval_pct=j.interval_pct if j else None,
+            confidence=j.confidence if j and j.interval_pct is not None else None,
+            samples=j.raw_samples if j else 0,
+            window_pairs=len(self.pairs),
+            exposure_used=self.exposure_used,
+            time_used_s=self.time_used_s(),
+            wall_time_s=anyio.current_time() - self.t0,
+            windows=self.windows,
+            rollback_reason=self.rollback_reason,
+            rollback_verified=report.verified,
+            rollback_detail=report.detail,
+            simulated=self.simulated,
+            budget=self.budget,
+        )
+
+    def record(self, report: RollbackReport) -> ProbeResult:
+        self.go("ROLLED_BACK", ("verified: " if report.verified else "NOT verified: ") + report.detail)
+        if self.journal is not None and self.journaled:
+            interim = self.result(report)
+            state = (
+                "failed" if not report.verified else ("aborted" if self.outcome == "aborted" else "recorded")
+            )
+            self.journal.finish(self.probe_id, state, interim.to_json_dict())
+            self.go("RECORDED", f"journal: {state}")
+        else:
+            self.go("RECORDED", "no journal row to close" if self.journal is not None else "no journal")
+        if self.progress_error is not None and self.progress_error not in self.rollback_reason:
+            self.transitions[-1] = replace(
+                self.transitions[-1], message=f"{self.transitions[-1].message}; {self.progress_error}"
+            )
+        return self.result(report)
+
+    async def execute(self) -> ProbeResult:
+        self.t0 = anyio.current_time()
+        self.go("PENDING", f"probe {self.probe_id} by {self.owner}")
+        try:
+            with anyio.move_on_after(self.budget.max_probe_time_s) as deadline:
+                async with anyio.create_task_group() as tg:
+                    with contextlib.suppress(_Stop):
+                        await self.body(tg)
+                    tg.cancel_scope.cancel()
+            if deadline.cancelled_caught and self.outcome is None:
+                if self.state in ("PROBING", "JUDGING"):
+                    self.final_judgment("deadline reached")
+                else:
+                    self.abort(f"deadline of {self.budget.max_probe_time_s:g} s reached in {self.state}")
+        except Exception as exc:
+            self.abort(f"error: {_describe(exc)}")
+        except BaseException as exc:
+            # Cancellation, Ctrl-C, SystemExit: roll back (shielded), record, and re-raise.
+            self.abort(f"cancelled: {type(exc).__name__}")
+            report = await self.rollback()
+            with anyio.CancelScope(shield=True):
+                self._record_quietly(report)
+            raise
+        if self.outcome is None:  # the body returned without deciding: a bug, reported as an abort
+            self.abort("probe ended without a decision")
+        report = await self.rollback()
+        result = self.record(report)
+        if not report.verified:
+            raise RollbackFailed(f"probe {self.probe_id}: candidate not proven gone: {report.detail}", result)
+        return result
+
+    def _record_quietly(self, report: RollbackReport) -> None:
+        # On cancellation the original exception must propagate; a journal failure here is secondary.
+        try:
+            self.record(report)
+        except Exception:  # the journal row stays 'running'; recover() will close it
+            return
+
+
+async def _drive(
+    executor: Executor, duration_s: float, gate: ExposureGate, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    await executor.drive(duration_s, gate, task_status=task_status)
+
+
+def _p99(values_ms: tuple[float, ...]) -> float:
+    ordered = sorted(values_ms)
+    rank = max(0, math.ceil(0.99 * len(ordered)) - 1)
+    return ordered[rank]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def run_probe(
+    *,
+    probe_id: str,
+    budget: RiskBudget,
+    executor: Executor,
+    monitor: Monitor,
+    journal: Journal | None = None,
+    key_json: dict[str, Any] | None = None,
+    owner: str | None = None,
+    progress: Callable[[ProbeProgress], None] | None = None,
+    slo_latency_p99_ms: float | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
+    rollback_grace_s: float = ROLLBACK_GRACE_S,
+) -> ProbeResult:
+    """Run one bounded probe and return its result; the candidate is always rolled back.
+
+    Raises :class:`RollbackFailed` (a ``ProbeError``, exit 4) when the candidate could not be proven
+    gone; cancellation and ``KeyboardInterrupt`` propagate after a shielded rollback."""
+    if not probe_id:
+        raise ValueError("probe_id must not be empty")
+    if not 0 < rollback_grace_s <= 2.0:
+        raise ValueError("rollback_grace_s must lie in (0, 2] s")
+    run = _Run(
+        probe_id=probe_id,
+        budget=budget,
+        executor=executor,
+        monitor=monitor,
+        journal=journal,
+        key_json=dict(key_json or {}),
+        owner=owner or default_owner(),
+        progress=progress,
+        slo_latency_p99_ms=slo_latency_p99_ms,
+        lease_s=lease_s,
+        rollback_grace_s=rollback_grace_s,
+    )
+    return await run.execute()

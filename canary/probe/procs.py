@@ -1,0 +1,88 @@
+"""Process-group inspection and signalling shared by the process executor and recovery (Linux ``/proc``).
+
+A process group counts as gone when none of its members is alive: zombies (state ``Z``) have exited
+and only wait to be reaped by whoever adopted them, which may be a container's PID 1 that never
+reaps, so they are not counted. Recovery kills a group only when at least one live member carries
+``CANARY_PROBE_ID=<probe id>`` in its environment: a process-group id from an old journal row may by
+now belong to an unrelated process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from canary.errors import ProbeError
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    pid: int
+    pgid: int
+    state: str
+
+
+def _stat(pid_dir: Path) -> ProcInfo | None:
+    try:
+        text = (pid_dir / "stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    rest = text[text.rfind(")") + 2 :].split()
+    if len(rest) < 3:
+        return None
+    return ProcInfo(int(pid_dir.name), int(rest[2]), rest[0])
+
+
+def proc_available() -> bool:
+    return (PROC / "self" / "stat").exists()
+
+
+def group_members(pgid: int) -> list[ProcInfo]:
+    """Live (non-zombie) processes in group ``pgid``. Raises ``ProbeError`` without ``/proc``."""
+    if not proc_available():
+        raise ProbeError("cannot inspect process groups: /proc is not available on this system")
+    members = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        info = _stat(entry)
+        if info is not None and info.pgid == pgid and info.state not in ("Z", "X"):
+            members.append(info)
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a live process is left in group ``pgid`` (``/proc`` when present, else ``killpg(0)``)."""
+    if proc_available():
+        return bool(group_members(pgid))
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def carries_probe_id(pid: int, probe_id: str) -> bool:
+    """Whether process ``pid`` has ``CANARY_PROBE_ID=<probe_id>`` in its environment."""
+    try:
+        environ = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    return f"CANARY_PROBE_ID={probe_id}".encode() in environ.split(b"\0")
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to group ``pgid``; a group already gone is fine. Refuses our own or a system group."""
+    if pgid <= 1 or pgid == os.getpgrp():
+        raise ProbeError(f"refusing to signal process group {pgid}: it is not a candidate's own group")
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return

@@ -1,0 +1,194 @@
+"""Recovery after a crash, with real processes and a real SQLite store.
+
+The crash test runs a prober in a subprocess (process executor, store journal), kills it with
+SIGKILL mid-probe, and checks that the orphaned canary still runs, that ``recover`` kills it and
+marks the probe aborted, and that nothing was half-recorded (no evidence, no result but recovery's).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+
+from canary.jobs.recover import kill_orphan, recover
+from canary.probe.procs import group_alive
+from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.keys import PairKey
+from evidence_store.repository import journal_get, journal_start
+from tests.probe.helpers import free_port
+
+DRIVER = Path(__file__).resolve().parent / "crash_driver.py"
+ROOT = Path(__file__).resolve().parents[2]
+KEY = PairKey("r1", "any", "c1", "any", "h100-sxm", "timeslice")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
+    url = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
+    upgrade(url)
+    engine = make_engine(url)
+    yield url, engine
+    engine.dispose()
+
+
+def _spawn_orphan(env_probe_id: str | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    if env_probe_id is not None:
+        env["CANARY_PROBE_ID"] = env_probe_id
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)",
+        ],
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _start_row(engine: Engine, probe_id: str, pgid: int, *, lease_s: float, now: dt.datetime) -> None:
+    with session_scope(engine) as session:
+        journal_start(
+            session,
+            probe_id=probe_id,
+            key=KEY,
+            owner="host:1",
+            lease_s=lease_s,
+            pid=pgid or 1,
+            pgid=pgid,
+            budget_json={"max_probe_time_s": 60},
+            now=now,
+        )
+
+
+def test_crash_mid_probe_then_recover_kills_the_orphan_and_aborts(store: tuple[str, Engine]) -> None:
+    url, engine = store
+    port = free_port()
+    driver = subprocess.Popen(
+        [sys.executable, str(DRIVER), url, "crash-1", str(port)],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        assert driver.stdout is not None
+        line = driver.stdout.readline().decode().strip()
+        assert line.startswith("PROBING "), line
+        pgid = int(line.split()[1])
+        with session_scope(engine, read_only=True) as session:
+            row = journal_get(session, "crash-1")
+        assert row is not None and row.state == "running" and row.pgid == pgid
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    time.sleep(0.2)
+    assert group_alive(pgid)  # the canary outlived its prober: an orphan on the device
+
+    # Before the lease ends, recovery leaves the probe alone.
+    with session_scope(engine) as session:
+        assert recover(session, now=row.started_at).aborted == 0
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
+    with session_scope(engine) as session:
+        report = recover(session, now=later, term_grace_s=0.5)
+    assert [p.probe_id for p in report.probes] == ["crash-1"]
+    assert report.probes[0].action == "killed"
+    assert not group_alive(pgid)
+    with session_scope(engine, read_only=True) as session:
+        after = journal_get(session, "crash-1")
+        evidence_rows = session.execute(text("SELECT COUNT(*) FROM evidence")).scalar_one()
+    assert after is not None and after.state == "aborted"
+    assert after.result_json is not None
+    assert after.result_json["aborted_by"] == "recover"
+    assert after.result_json["previous_result"] is None  # the probe never wrote a half result
+    assert evidence_rows == 0  # nothing recorded for an aborted probe
+    # A second pass finds nothing left to do.
+    with session_scope(engine) as session:
+        assert recover(session, now=later).aborted == 0
+
+
+def test_recover_table_of_orphans(store: tuple[str, Engine]) -> None:
+    _, engine = store
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    ours = _spawn_orphan("p-ours")
+    foreign = _spawn_orphan(None)  # a process group id reused by something unrelated
+    gone = _spawn_orphan("p-gone")
+    gone.kill()
+    gone.wait()
+    try:
+        _start_row(engine, "p-ours", ours.pid, lease_s=1, now=past)
+        _start_row(engine, "p-foreign", foreign.pid, lease_s=1, now=past)
+        _start_row(engine, "p-gone", gone.pid, lease_s=1, now=past)
+        _start_row(engine, "p-sim", 0, lease_s=1, now=past)
+        _start_row(engine, "p-fresh", ours.pid, lease_s=3600, now=dt.datetime.now(dt.UTC))
+        with session_scope(engine) as session:
+            report = recover(session, now=dt.datetime.now(dt.UTC), term_grace_s=0.3)
+        actions = {p.probe_id: p.action for p in report.probes}
+        assert actions == {
+            "p-ours": "killed",
+            "p-foreign": "not-ours",
+            "p-gone": "already-gone",
+            "p-sim": "no-process",
+        }
+        assert ours.wait(timeout=5) == -signal.SIGKILL  # it ignored SIGTERM
+        assert foreign.poll() is None  # never touched
+        assert report.failed == ()
+        with session_scope(engine, read_only=True) as session:
+            states = {pid: journal_get(session, pid).state for pid in actions}  # type: ignore[union-attr]
+            fresh = journal_get(session, "p-fresh")
+        assert set(states.values()) == {"aborted"}
+        assert fresh is not None and fresh.state == "running"
+    finally:
+        for p in (ours, foreign):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_kill_false_reports_a_running_orphan_without_killing_it() -> None:
+    proc = _spawn_orphan("p-keep")
+    try:
+        action, detail = kill_orphan("p-keep", proc.pid, kill=False)
+        assert action == "left-running" and "kill not requested" in detail
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_recover_command_reports_json(store: tuple[str, Engine], tmp_path: Path) -> None:
+    """``canary recover --json`` over the same store: the orphan is killed and listed."""
+    import json
+
+    url, engine = store
+    orphan = _spawn_orphan("p-cli")
+    try:
+        _start_row(
+            engine, "p-cli", orphan.pid, lease_s=1, now=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+        )
+        env = dict(os.environ, CANARY_DB_URL=url)
+        out = subprocess.run(
+            [sys.executable, "-m", "canary.cli", "recover", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        listed = json.loads(out.stdout)
+        assert [(p["probe_id"], p["action"]) for p in listed] == [("p-cli", "killed")]
+        assert orphan.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()

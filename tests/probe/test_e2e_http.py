@@ -1,0 +1,104 @@
+"""End to end on loopback: real HTTP servers as resident and candidate, CPU contention for GPU contention.
+
+A lock file is the stand-in device (see ``servers.py``): work holds it exclusively, as a time-sliced
+GPU runs one context's kernels at a time, whatever the OS priority. The resident answers each request
+after ~2 ms of work on the device. The *noisy* candidate keeps two burners spinning on the device in
+8 ms slices while it gets requests: the resident waits for the device and slows far beyond the bound →
+**unsafe**. The *quiet* candidate answers without touching the device → **safe**. The bound (50%),
+the median window statistic and the high per-window guard keep the verdicts right under the CPU
+noise of other processes on a small, shared machine; the candidate gets a request every 50 ms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canary.policy import load_policy
+from canary.probe import make_monitor
+from canary.probe.budget import RiskBudget
+from canary.probe.executors.process import ProcessExecutor
+from canary.probe.journal import MemoryJournal
+from canary.probe.orchestrator import run_probe
+from canary.probe.procs import group_alive
+from tests.probe.helpers import candidate_profile, free_port, resident_profile, start_server
+
+BUDGET = RiskBudget(
+    max_probe_time_s=12.0,
+    max_requests_exposed=1500,
+    max_resident_slowdown_pct=50.0,
+    required_confidence=0.9,
+    baseline_window_s=0.3,
+    sampling_window_s=0.2,
+    min_windows=2,
+    slowdown_guard_pct=400.0,
+    window_statistic="median",
+)
+
+
+@pytest.fixture
+def device_lock(tmp_path: Path) -> str:
+    return str(tmp_path / "device.lock")
+
+
+@pytest.fixture
+def resident_port(device_lock: str):  # type: ignore[no-untyped-def]
+    port = free_port()
+    proc = start_server(port, "--work-ms", "2", "--device-lock", device_lock)
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+async def _probe(resident_port: int, *candidate_args: str) -> tuple[Any, int]:
+    port = free_port()
+    policy = load_policy()
+    executor = ProcessExecutor(
+        candidate_profile(port, *candidate_args),
+        mps_active_thread_pct=policy.mps_default_active_thread_pct,
+        request_interval_s=0.05,
+    )
+    journal = MemoryJournal()
+    result = await run_probe(
+        probe_id=f"e2e-{port}",
+        budget=BUDGET,
+        executor=executor,
+        monitor=make_monitor(resident_profile(resident_port)),
+        journal=journal,
+        key_json={"pair": "resident+candidate"},
+    )
+    row = journal.rows[f"e2e-{port}"]
+    assert row.pgid > 1 and row.state == "recorded"
+    assert not group_alive(row.pgid)  # the candidate never outlives the probe
+    return result, row.pgid
+
+
+@pytest.mark.anyio
+async def test_noisy_candidate_is_unsafe(resident_port: int, device_lock: str) -> None:
+    result, _ = await _probe(
+        resident_port,
+        "--burners",
+        "2",
+        "--burner-slice-ms",
+        "8",
+        "--work-ms",
+        "1",
+        "--device-lock",
+        device_lock,
+    )
+    assert result.outcome == "unsafe", result.transitions
+    assert result.slowdown_estimate_pct is not None and result.slowdown_estimate_pct > 50
+    assert result.rollback_verified
+    assert result.wall_time_s < BUDGET.max_probe_time_s + 2
+
+
+@pytest.mark.anyio
+async def test_quiet_candidate_is_safe(resident_port: int, device_lock: str) -> None:
+    result, _ = await _probe(resident_port, "--work-ms", "0", "--device-lock", device_lock)
+    assert result.outcome == "safe", result.transitions
+    assert result.slowdown_interval_pct is not None
+    assert result.slowdown_interval_pct[1] < 50
+    assert 0 < result.exposure_used <= BUDGET.max_requests_exposed
+    assert result.wall_time_s < BUDGET.max_probe_time_s + 2
