@@ -23,6 +23,7 @@ granules, and 16 workgroup barrier slots per CU.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,7 @@ _GA10X_STEPS = (0, 8, 16, 32, 64, 100)
 _HOPPER_STEPS = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
 
 
+@functools.cache
 def _arch_rules(compute_capability: tuple[int, int]) -> _ArchRules:
     """Constants the 13.0 header uses for ``compute_capability``; ``InputError`` where it has none."""
     major, minor = compute_capability
@@ -202,6 +204,8 @@ def _require_cuda(spec: DeviceSpec) -> tuple[int, int]:
 
 def _check_non_negative(**values: int) -> None:
     for name, value in values.items():
+        if type(value) is int and value >= 0:
+            continue  # the common case, checked first because every occupancy call passes here
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"must be an integer, got {value!r}", field=name)
         if value < 0:

@@ -50,15 +50,8 @@ def _kernel(spec: DeviceSpec, k: KernelSpec) -> _Kernel:
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
-    from canary.occupancy import block_footprint, cuda_occupancy
+    from canary.occupancy import cuda_occupancy
 
-    fp = block_footprint(
-        spec,
-        registers_per_thread=k.registers_per_thread,
-        threads_per_block=k.threads_per_block,
-        static_shared_bytes=k.static_shared_bytes,
-        dynamic_shared_bytes=k.dynamic_shared_bytes,
-    )
     occ = cuda_occupancy(
         spec,
         registers_per_thread=k.registers_per_thread,
@@ -66,7 +59,15 @@ def _kernel(spec: DeviceSpec, k: KernelSpec) -> _Kernel:
         static_shared_bytes=k.static_shared_bytes,
         dynamic_shared_bytes=k.dynamic_shared_bytes,
     )
-    result = _Kernel(fp.warps, fp.registers_per_warp, fp.shared_memory_bytes, occ.active_blocks_per_sm, occ.limiting)
+    # The reference's per-block allocation is registers-per-warp × warps, and its shared memory
+    # includes the per-block reserve and the allocation granularity: the block's footprint.
+    result = _Kernel(
+        occ.warps_per_block,
+        occ.allocated_registers_per_block // occ.warps_per_block,
+        occ.allocated_shared_memory_per_block,
+        occ.active_blocks_per_sm,
+        occ.limiting,
+    )
     _CACHE[key] = result
     return result
 
@@ -92,10 +93,21 @@ class _SmLoad:
         self.shared_bytes += blocks * k.shared_bytes
         self.sms_covered += sms
         self.by = (*self.by, f"{label}×{blocks}/SM")
-        for _ in range(blocks * k.warps):
-            i = self.subpartition_warps.index(min(self.subpartition_warps))
+        # Deal the warps one by one to the sub-partition with the fewest (lowest index on ties):
+        # whole rounds of four first, then the remainder one at a time.
+        n = blocks * k.warps
+        low = min(self.subpartition_warps)
+        while n > 0 and any(w != low for w in self.subpartition_warps):
+            i = self.subpartition_warps.index(low)
             self.subpartition_warps[i] += 1
             self.subpartition_registers[i] += k.registers_per_warp
+            n -= 1
+            low = min(self.subpartition_warps)
+        rounds, rest = divmod(n, SUBPARTITIONS)
+        for i in range(SUBPARTITIONS):
+            extra = rounds + (1 if i < rest else 0)
+            self.subpartition_warps[i] += extra
+            self.subpartition_registers[i] += extra * k.registers_per_warp
 
     def candidate_warp_room(self, registers_per_sm: int, registers_per_warp: int) -> int:
         """How many warps of this register size still fit across the four sub-partitions."""
@@ -132,7 +144,9 @@ def _evaluate(spec: DeviceSpec, kernels: tuple[KernelSpec, ...], load: _SmLoad) 
     free_sms = spec.sm_count - load.sms_covered
     max_warps = spec.max_threads_per_sm // spec.warp_size
     smem_sm = spec.shared_memory_per_sm_bytes
-    worst_margin: dict[str, tuple[float, Finding]] = {}
+    # Findings are built only for the worst kernel per resource: building one per kernel and
+    # resource costs more than the arithmetic itself.
+    worst_margin: dict[str, tuple[float, str, int, int, str, KernelSpec]] = {}
     for k in kernels:
         kk = _kernel(spec, k)
         if kk.active_blocks_per_sm == 0:
@@ -156,14 +170,18 @@ def _evaluate(spec: DeviceSpec, kernels: tuple[KernelSpec, ...], load: _SmLoad) 
             ("blocks", 1, spec.max_blocks_per_sm - load.blocks, "blocks"),
         ]
         for resource, demand, available, unit in rows:
-            verdict: FitVerdict = "yes" if demand <= available else "no"
             margin = (available - demand) / max(demand, 1)
-            f = finding(resource, demand, max(available, 0), unit, verdict, f"{k.source} + occupancy rules",
-                        f"candidate kernel {k.name} beside resident blocks ({', '.join(load.by)}) on every SM",
-                        subject=k.name)
             if resource not in worst_margin or margin < worst_margin[resource][0]:
-                worst_margin[resource] = (margin, f)
-    worst = [worst_margin[r][1] for r in ("registers", "shared_memory", "warps", "blocks") if r in worst_margin]
+                worst_margin[resource] = (margin, resource, demand, available, unit, k)
+    worst = []
+    for r in ("registers", "shared_memory", "warps", "blocks"):
+        if r not in worst_margin:
+            continue
+        _, resource, demand, available, unit, k = worst_margin[r]
+        verdict: FitVerdict = "yes" if demand <= available else "no"
+        worst.append(finding(resource, demand, max(available, 0), unit, verdict, f"{k.source} + occupancy rules",
+                             f"candidate kernel {k.name} beside resident blocks ({', '.join(load.by)}) on every SM",
+                             subject=k.name))
     if free_sms > 0 and not cannot:
         worst = [finding("blocks", 1, free_sms, "SMs", "yes", "declared + occupancy rules",
                          f"{free_sms} of {spec.sm_count} SMs hold no resident block ({', '.join(load.by) or 'none'})")]

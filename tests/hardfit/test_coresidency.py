@@ -108,3 +108,20 @@ def test_kernel_that_cannot_launch_alone_is_rejected() -> None:
                  POLICY, parse_regime("mps:100"))
     assert hard.verdict == "no"
     assert hard.limiting_resource == "registers"
+
+
+def test_the_kernel_footprint_used_by_stage_one_is_the_occupancy_footprint() -> None:
+    from canary.hardfit.compute import _kernel
+    from canary.occupancy import block_footprint
+
+    rng = random.Random(3)
+    for device in CUDA_DEVICES:
+        spec = lookup(device)
+        for _ in range(50):
+            k = KernelSpec(name="k", registers_per_thread=rng.randint(1, 255), threads_per_block=rng.randint(1, 1024),
+                           static_shared_bytes=rng.choice([0, 100, 4096]), dynamic_shared_bytes=rng.choice([0, 8192]))
+            fp = block_footprint(spec, registers_per_thread=k.registers_per_thread, threads_per_block=k.threads_per_block,
+                                 static_shared_bytes=k.static_shared_bytes, dynamic_shared_bytes=k.dynamic_shared_bytes)
+            kk = _kernel(spec, k)
+            assert (kk.warps, kk.registers_per_warp, kk.shared_bytes) == (fp.warps, fp.registers_per_warp,
+                                                                         fp.shared_memory_bytes)
