@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
+import pickle
 import re
+import sys
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-import yaml
-
-from canary.catalog._schema import build_catalog
 from canary.catalog._spec import (
     CdnaSpec,
     DeviceSpec,
@@ -65,6 +66,10 @@ def _strip_vendor(key: str) -> str:
 
 def load_catalog(text: str, file: str = CATALOG_FILE) -> tuple[DeviceSpec, ...]:
     """Parse and validate catalog YAML text; raises ``InputError`` naming the device and field."""
+    import yaml
+
+    from canary.catalog._schema import build_catalog
+
     try:
         # libyaml's loader where PyYAML has it: the catalog loads on every `gpu-fit` run.
         data: Any = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -77,9 +82,50 @@ def load_catalog(text: str, file: str = CATALOG_FILE) -> tuple[DeviceSpec, ...]:
 
 @functools.cache
 def all_devices() -> tuple[DeviceSpec, ...]:
-    """Every device in the packaged catalog, in file order."""
+    """Every device in the packaged catalog, in file order.
+
+    The validated catalog is cached (pickled frozen dataclasses) in the user's cache directory,
+    keyed by the data file's sha256, so ``gpu-fit`` skips YAML parsing and schema validation
+    after the first run; any change to the file, or an unreadable cache, validates it afresh."""
     text = resources.files("canary.catalog").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
-    return load_catalog(text, file=f"canary/catalog/{CATALOG_FILE}")
+    cache = _cache_file(text)
+    if cache is not None:
+        try:
+            with cache.open("rb") as fh:
+                cached = pickle.load(fh)
+            if isinstance(cached, tuple) and all(isinstance(d, DeviceSpec) for d in cached):
+                return cached
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError):
+            pass  # no cache yet, or one from another version of the classes: validate afresh below
+    specs = load_catalog(text, file=f"canary/catalog/{CATALOG_FILE}")
+    if cache is not None:
+        _write_cache(cache, specs)
+    return specs
+
+
+def _cache_file(text: str) -> Path | None:
+    if os.environ.get("CANARY_NO_CATALOG_CACHE"):
+        return None
+    import hashlib
+
+    import platformdirs
+
+    # Keyed by the data and by the classes that are pickled, so neither can go stale.
+    spec_source = resources.files("canary.catalog").joinpath("_spec.py").read_bytes()
+    digest = hashlib.sha256(text.encode("utf-8") + spec_source).hexdigest()[:24]
+    return Path(platformdirs.user_cache_dir("canary")) / f"catalog-{digest}-py{sys.version_info[0]}{sys.version_info[1]}.pickle"
+
+
+def _write_cache(path: Path, specs: tuple[DeviceSpec, ...]) -> None:
+    """Atomic (write, then rename); a cache that cannot be written only costs speed."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        with tmp.open("wb") as fh:
+            pickle.dump(specs, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.replace(path)
+    except OSError:
+        return
 
 
 def _build_index(specs: tuple[DeviceSpec, ...], file: str) -> dict[str, DeviceSpec]:

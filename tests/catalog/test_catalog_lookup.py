@@ -119,3 +119,21 @@ def test_device_spec_is_hashable_and_frozen() -> None:
     with pytest.raises(AttributeError):
         spec.sm_count = 1  # type: ignore[misc]
     assert isinstance(spec, DeviceSpec)
+
+
+def test_catalog_cache_round_trips_and_survives_corruption(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The validated catalog is cached for fast starts; a corrupt cache is ignored and rewritten."""
+    import canary.catalog as catalog
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    catalog.all_devices.cache_clear()
+    first = catalog.all_devices()
+    cached = list(tmp_path.glob("canary/catalog-*.pickle"))
+    assert len(cached) == 1
+    catalog.all_devices.cache_clear()
+    assert catalog.all_devices() == first
+    cached[0].write_bytes(b"not a pickle")
+    catalog.all_devices.cache_clear()
+    assert catalog.all_devices() == first
+    assert cached[0].read_bytes() != b"not a pickle"
+    catalog.all_devices.cache_clear()
