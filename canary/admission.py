@@ -392,16 +392,15 @@ def utcnow() -> dt.datetime:
 
 
 def open_store_for_writing(url: str | None, *, announce: Any = None) -> Any:
-    """The store's engine, at the current schema. A default SQLite file that does not exist yet is
-    created at the current schema (zero setup); an existing store on an older schema is never
-    migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
+    """The store's engine, at the current schema. A SQLite store that does not exist yet — no file,
+    or a file without a single table — is created at the current schema (zero setup); a store with
+    an older schema is never migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
     from evidence_store.engine import check_schema, open_store, upgrade
     from evidence_store.location import sqlite_file
 
     resolved = store_url(url)
-    if not store_exists(resolved):
-        path = sqlite_file(resolved)
-        assert path is not None
+    path = sqlite_file(resolved)
+    if path is not None and (not path.exists() or _sqlite_is_blank(path)):
         path.parent.mkdir(parents=True, exist_ok=True)
         upgrade(resolved)
         if announce is not None:
@@ -409,6 +408,17 @@ def open_store_for_writing(url: str | None, *, announce: Any = None) -> Any:
     engine = open_store(resolved)
     check_schema(engine)
     return engine
+
+
+def _sqlite_is_blank(path: Path) -> bool:
+    """A SQLite file with no table at all (created by a read that found nothing): nothing to migrate."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            return conn.execute("select count(*) from sqlite_master where type = 'table'").fetchone()[0] == 0
+    except sqlite3.DatabaseError:
+        return False  # not a SQLite file: open_store reports it
 
 
 ProgressFn = Any  # Callable[[ProbeProgress], None]; kept loose so this module does not import anyio types

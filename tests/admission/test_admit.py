@@ -116,3 +116,12 @@ def test_bad_regime_on_admit(tmp_path: Path, bad: str) -> None:
     proc = subprocess.run([*canary_cmd(), "admit", SNAP, EMB, "--regime", bad], capture_output=True, text=True,
                           env=cli_env(tmp_path), timeout=60)
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
+
+
+def test_a_read_that_left_a_blank_store_file_does_not_block_the_first_admission(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    listed = subprocess.run([*canary_cmd(), "evidence", "list"], capture_output=True, text=True, env=env, timeout=60)
+    assert listed.returncode == 4 and "canary db upgrade" in listed.stderr  # nothing recorded yet
+    proc = subprocess.run([*canary_cmd(), "admit", "--quiet", "h100", EMB], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
