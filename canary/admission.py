@@ -416,7 +416,8 @@ def _sqlite_is_blank(path: Path) -> bool:
 
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-            return conn.execute("select count(*) from sqlite_master where type = 'table'").fetchone()[0] == 0
+            tables: int = conn.execute("select count(*) from sqlite_master where type = 'table'").fetchone()[0]
+            return tables == 0
     except sqlite3.DatabaseError:
         return False  # not a SQLite file: open_store reports it
 
