@@ -42,8 +42,10 @@ The pipeline, each step testable alone (knobs from the :class:`~canary.probe.bud
    of a ratio of two such means even more so; the benchmark (``benchmarks/judge.py``) measures the
    false-admit rate on the simulator, whose latencies are not Gaussian, against ``1 − confidence``.
 4. :func:`classify` — ``unsafe`` when the whole interval lies above the slowdown bound, ``safe`` when
-   it lies below, ``inconclusive`` when neither and the budget has ended, ``no-data`` when no usable
-   pair exists, ``error`` when a window was garbage. A false admit needs the sequence to miss ``μ``,
+   it lies below, ``inconclusive`` when neither and the budget has ended — or earlier, for futility
+   (:func:`futile`), when the pairs the budget still allows could not settle it even if the truth lay
+   two standard errors further from the bound —, ``no-data`` when no usable pair exists, ``error``
+   when a window was garbage. A false admit needs the sequence to miss ``μ``,
    so its probability is at most ``α = 1 − required_confidence`` at any stopping time.
 """
 
@@ -301,7 +303,33 @@ def _to_pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
-def judge(pairs: Sequence[WindowPair], settings: JudgeSettings, *, budget_exhausted: bool) -> Judgment:
+def projected_half_width(state: SequentialState, n: int, alpha: float, precision: float) -> float:
+    """The half-width the confidence sequence would have after ``n`` pairs if the spread of the pairs
+    stays what it is now (``inf`` while that is still unbounded)."""
+    if state.n < 2 or n < 2:
+        return math.inf
+    variance = state.sum_sq_dev / (state.n - 1)
+    projected = SequentialState(n, state.mean, variance * (n - 1))
+    low, high = confidence_sequence(projected, alpha, precision)
+    return (high - low) / 2
+
+
+def futile(state: SequentialState, settings: JudgeSettings, max_pairs: int) -> bool:
+    """Whether the probe cannot reach a verdict within ``max_pairs`` even if the true mean lay two
+    standard errors further from the bound than the estimate: then more windows only spend exposure.
+
+    Stopping for futility ends *inconclusive*, never *safe*, so it cannot add a false admit: the
+    coverage guarantee of the confidence sequence is untouched."""
+    if state.n < max(2, settings.min_pairs) or max_pairs <= state.n:
+        return False
+    standard_error = math.sqrt(state.sum_sq_dev / (state.n - 1) / state.n)
+    distance = abs(state.mean - settings.bound_log_ratio) + 2 * standard_error
+    return distance < projected_half_width(state, max_pairs, settings.alpha, settings.mixture_precision)
+
+
+def judge(
+    pairs: Sequence[WindowPair], settings: JudgeSettings, *, budget_exhausted: bool, max_pairs: int | None = None
+) -> Judgment:
     """Judge all window pairs so far.
 
     A pair whose on-window has not one usable sample while its off-window has enough is a *stall*: the
@@ -378,6 +406,9 @@ def judge(pairs: Sequence[WindowPair], settings: JudgeSettings, *, budget_exhaus
     label = classify(
         (low, high), bound, pairs=used, min_pairs=settings.min_pairs, budget_exhausted=budget_exhausted
     )
+    stopped_for_futility = label is None and max_pairs is not None and futile(state, settings, max_pairs)
+    if stopped_for_futility:
+        label = "inconclusive"
     estimate = _to_pct(state.mean)
     interval = (_to_pct(low), _to_pct(high))
     limit = settings.max_resident_slowdown_pct
@@ -387,6 +418,9 @@ def judge(pairs: Sequence[WindowPair], settings: JudgeSettings, *, budget_exhaus
         reason = f"slowdown {span} at {conf:.0%} lies above the bound {limit:g}% after {used} pair(s)"
     elif label == "safe":
         reason = f"slowdown {span} at {conf:.0%} lies below the bound {limit:g}% after {used} pair(s)"
+    elif label == "inconclusive" and stopped_for_futility:
+        reason = (f"slowdown {span} at {conf:.0%} straddles the bound {limit:g}% after {used} pair(s), and the "
+                  f"{max_pairs} pair(s) the budget allows could not settle it: stopped early to save exposure")
     elif label == "inconclusive":
         reason = f"budget ended with slowdown {span} at {conf:.0%} straddling the bound {limit:g}% after {used} pair(s)"
     else:

@@ -280,6 +280,16 @@ class _Run:
         self.go("ABORTED", why)
 
     # -- the probe ------------------------------------------------------------------------------
+    def max_pairs(self, window_s: float) -> int:
+        """The window pairs this probe can still reach: the pairs so far plus those the time left and
+        the exposure left allow at the exposure rate seen so far (for the judge's futility rule)."""
+        done = len(self.pairs)
+        by_time = int((self.budget.max_probe_time_s - self.time_used_s()) // (2 * window_s))
+        left = self.budget.max_requests_exposed - self.exposure_used
+        per_pair = self.exposure_used / done if done and self.exposure_used else 0.0
+        by_exposure = int(left // per_pair) if per_pair > 0 else by_time
+        return done + max(0, min(by_time, by_exposure))
+
     def time_left_for(self, duration_s: float) -> bool:
         return self.time_used_s() + duration_s <= self.budget.max_probe_time_s + 1e-9
 
@@ -366,7 +376,7 @@ class _Run:
             self.pairs.append(WindowPair(got["off"].latencies_ms, got["on"].latencies_ms))
             index += 1
             self.go("JUDGING", f"pair {index}")
-            j = judge(self.pairs, self.settings, budget_exhausted=False)
+            j = judge(self.pairs, self.settings, budget_exhausted=False, max_pairs=self.max_pairs(window_s))
             self.judgment = j
             if j.label == "error":
                 self.abort(f"judge error: {j.reason}")

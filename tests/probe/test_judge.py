@@ -237,3 +237,43 @@ def test_a_sparse_on_window_is_only_no_data_not_a_stall() -> None:
     j = judge([WindowPair(_window(rng, 10.0), [10.0, 11.0])], SETTINGS, budget_exhausted=True)
     assert j.label == "no-data"
     assert j.stalled_pairs == 0 and j.no_data_pairs == 1
+
+
+def test_futility_stops_a_borderline_probe_early_as_inconclusive_never_safe() -> None:
+    """A pair whose slowdown sits on the bound cannot be settled within the budget: stop, inconclusive."""
+    import random as _random
+
+    from canary.probe.judge import JudgeSettings, WindowPair, judge
+
+    settings = JudgeSettings(max_resident_slowdown_pct=10, required_confidence=0.95, min_pairs=3)
+    rng = _random.Random(5)
+    pairs: list[WindowPair] = []
+    stopped_at = None
+    for i in range(30):
+        off = [rng.gauss(10.0, 1.0) for _ in range(20)]
+        on = [rng.gauss(11.0, 1.1) for _ in range(20)]  # 10% slower: exactly on the bound
+        pairs.append(WindowPair(off, on))
+        j = judge(pairs, settings, budget_exhausted=False, max_pairs=30)
+        if j.label is not None:
+            stopped_at = i + 1
+            assert j.label == "inconclusive"
+            assert "stopped early" in j.reason
+            break
+    assert stopped_at is not None and stopped_at < 30
+
+
+def test_futility_never_cuts_a_clear_answer_short() -> None:
+    import random as _random
+
+    from canary.probe.judge import JudgeSettings, WindowPair, judge
+
+    settings = JudgeSettings(max_resident_slowdown_pct=10, required_confidence=0.95, min_pairs=3)
+    rng = _random.Random(6)
+    pairs: list[WindowPair] = []
+    label = None
+    for _ in range(30):
+        pairs.append(WindowPair([rng.gauss(10.0, 1.0) for _ in range(20)], [rng.gauss(10.1, 1.0) for _ in range(20)]))
+        label = judge(pairs, settings, budget_exhausted=False, max_pairs=30).label
+        if label is not None:
+            break
+    assert label == "safe"
