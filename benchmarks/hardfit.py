@@ -113,9 +113,11 @@ def main() -> None:
     c = bench_check(args.checks)
     print(f"stage-1 check, 20-kernel latency-critical candidate vs 8 residents x 20 kernels (mps:25, h100-sxm), "
           f"{int(c['findings'])} findings, {args.checks} checks")
-    print(f"  cold occupancy cache: median {c['cold_median_ms']:.3f} ms  p99 {c['cold_p99_ms']:.3f} ms  "
+    print(f"  cold occupancy cache (every kernel seen for the first time): median {c['cold_median_ms']:.3f} ms  p99 {c['cold_p99_ms']:.3f} ms  "
           f"(target median <= 1 ms: {'met' if c['cold_median_ms'] <= 1 else 'MISSED'})")
-    print(f"  warm occupancy cache: median {c['warm_median_ms']:.3f} ms  p99 {c['warm_p99_ms']:.3f} ms")
+    print(f"  warm occupancy cache: median {c['warm_median_ms']:.3f} ms  p99 {c['warm_p99_ms']:.3f} ms  "
+          f"(target median <= 1 ms: {'met' if c['warm_median_ms'] <= 1 else 'MISSED'}; a process that checks "
+          "many pairs sees each kernel shape once)")
     p = bench_process(args.processes)
     print(f"whole process, median of {args.processes}:")
     print(f"  python -c pass          {p['python_pass_ms']:.1f} ms  (baseline)")
