@@ -181,3 +181,27 @@ class Reservation(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class WarmQueue(Base):
+    """Work items of a fleet warm run: one row per planned pair; nodes lease them with
+    ``SELECT … FOR UPDATE SKIP LOCKED`` so no pair is probed twice in a run."""
+
+    __tablename__ = "warm_queue"
+    __table_args__ = (
+        Index("ix_warm_queue_run_state_lease", "run_id", "state", "lease_expires_at"),
+        CheckConstraint(_in("state", ("queued", "leased", "done", "failed")), name="state"),
+        CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+    )
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int] = mapped_column(Integer)
+    pair_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str | None] = mapped_column(String(200))
+    attempts: Mapped[int] = mapped_column(Integer)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    result_json: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -16,6 +16,11 @@ def add_parser(sub: Any) -> None:
     warm.add_argument("--budget-s", type=float, help="override the plan's global time budget")
     warm.add_argument("--concurrency", type=int, help="override the plan's probes-at-once")
     warm.add_argument("--seed", type=int, default=0, help="seed of simulated devices")
+    warm.add_argument("--fleet", action="store_true",
+                      help="share the run with other nodes through the store (SELECT … FOR UPDATE SKIP LOCKED): "
+                      "each pair is probed once per run")
+    warm.add_argument("--run-id", help="fleet run id, the same on every node (default: plan name, UTC date and "
+                      "the plan file's digest)")
     warm.add_argument("--json", action="store_true")
     warm.set_defaults(handler=run_warm)
 
@@ -67,7 +72,8 @@ def _print_report(report: Any, *, drift: bool) -> None:
 
 def _as_json(report: Any) -> str:
     return json.dumps({"plan": report.plan, "budget_s": report.budget_s, "wall_s": report.wall_s,
-                       "stale_marked": report.stale_marked, "pairs": [p.__dict__ for p in report.pairs]}, indent=2)
+                       "stale_marked": report.stale_marked, "queue": report.queue,
+                       "pairs": [p.__dict__ for p in report.pairs]}, indent=2)
 
 
 def run_warm(args: argparse.Namespace) -> int:
@@ -84,11 +90,28 @@ def run_warm(args: argparse.Namespace) -> int:
         plan = validate_document(type(plan), {**plan.model_dump(mode="json"), **updates}, file=args.plan)
 
     async def go() -> Any:
+        if args.fleet:
+            from canary.jobs.warm import warm_fleet_async
+
+            return await warm_fleet_async(plan, run_id=args.run_id or _default_run_id(args.plan, plan.name),
+                                          db_url=args.db, seed=args.seed, progress=_progress)
         return await warm_async(plan, db_url=args.db, seed=args.seed, progress=_progress)
 
     report = anyio.run(go)
     sys.stdout.write(_as_json(report) + "\n") if args.json else _print_report(report, drift=False)
+    if report.queue is not None and not args.json:
+        sys.stdout.write("fleet run: " + ", ".join(f"{k} {v}" for k, v in sorted(report.queue.items())) + "\n")
     return 4 if report.count("error") else 0
+
+
+def _default_run_id(plan_path: str, name: str) -> str:
+    """Nodes that run the same plan file on the same UTC day share one run."""
+    import datetime as dt
+    import hashlib
+    from pathlib import Path
+
+    digest = hashlib.sha256(Path(plan_path).read_bytes()).hexdigest()[:12]
+    return f"{name}@{dt.datetime.now(dt.UTC):%Y-%m-%d}#{digest}"
 
 
 def run_revalidate(args: argparse.Namespace) -> int:

@@ -12,12 +12,14 @@ are probed again under the new driver, and a drift report puts old and new slowd
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from canary.admission import Request, admit_async, load_request, open_store_for_writing
+from canary.errors import CanaryError
 from canary.jobs.plan import PlannedPair, WarmPlan
 
 PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error"]
@@ -45,6 +47,8 @@ class WarmReport:
     wall_s: float = 0.0
     stale_marked: int = 0
     pairs: list[PairOutcome] = field(default_factory=list)
+    queue: dict[str, int] | None = None
+    """Fleet runs: the run's items by state after this node stopped (other nodes' work included)."""
 
     def count(self, status: PairStatus) -> int:
         return sum(1 for p in self.pairs if p.status == status)
@@ -93,6 +97,64 @@ async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, dr
     return PairOutcome(index, label, "fresh", cert.reason, outcome=cert.verdict)
 
 
+async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, seed: int = 0,
+                           driver: str | None = None, lease_s: float = 900.0,
+                           progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
+    """One node's share of a fleet warm run: every node enqueues the same plan under the same
+    ``run_id`` and leases pairs from the store until none is left, so each pair is probed once per
+    run however many nodes work on it. The report lists the pairs this node ran."""
+    import socket
+
+    import anyio
+
+    from evidence_store import warm_queue
+    from evidence_store.engine import session_scope
+
+    engine = open_store_for_writing(db_url)
+    report = WarmReport(plan=plan.name, budget_s=plan.budget_s)
+    started = time.monotonic()
+    deadline = started + plan.budget_s
+    with session_scope(engine) as session:
+        warm_queue.enqueue(session, run_id=run_id, pairs=[p.model_dump(mode="json") for p in plan.pairs],
+                           now=_utcnow())
+    results: list[PairOutcome] = []
+
+    async def worker(n: int) -> None:
+        owner = f"{socket.gethostname()}:{os.getpid()}:{n}"
+        while time.monotonic() < deadline:
+            with session_scope(engine) as session:
+                item = warm_queue.claim(session, run_id=run_id, owner=owner, lease_s=lease_s, now=_utcnow())
+            if item is None:
+                return
+            pair = plan.pairs[item.position]
+            try:
+                outcome = await _warm_one(item.position, pair, engine=engine, seed=seed, driver=driver,
+                                          deadline=deadline)
+                final: warm_queue.FinalState = "done"
+            except CanaryError as exc:
+                outcome = PairOutcome(item.position, f"{pair.candidate} on {pair.device}", "error", str(exc))
+                final = "failed"
+            with session_scope(engine) as session:
+                warm_queue.finish(session, item, state=final, result_json=dict(outcome.__dict__), now=_utcnow())
+            results.append(outcome)
+            if progress is not None:
+                progress(outcome, len(plan.pairs))
+
+    with anyio.move_on_after(plan.budget_s):
+        async with anyio.create_task_group() as tg:
+            for n in range(plan.concurrency):
+                tg.start_soon(worker, n)
+    report.pairs = sorted(results, key=lambda o: o.index)
+    report.wall_s = time.monotonic() - started
+    with session_scope(engine, read_only=True) as session:
+        report.queue = warm_queue.run_status(session, run_id)
+    return report
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
 async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, driver: str | None = None,
                      progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
     import anyio
@@ -108,11 +170,7 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
         async with limiter:
             try:
                 outcome = await _warm_one(index, pair, engine=engine, seed=seed, driver=driver, deadline=deadline)
-            except Exception as exc:  # one bad pair is reported, the job goes on (Kayenta's error label)
-                from canary.errors import CanaryError
-
-                if not isinstance(exc, CanaryError):
-                    raise
+            except CanaryError as exc:  # one bad pair is reported, the job goes on (Kayenta's error label)
                 outcome = PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", str(exc))
             results[index] = outcome
             if progress is not None:

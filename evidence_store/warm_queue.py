@@ -1,0 +1,115 @@
+"""The fleet warm queue: one row per planned pair of a warm run; nodes lease rows with
+``SELECT … FOR UPDATE SKIP LOCKED`` (PostgreSQL) so every pair is probed once per run however many
+nodes work on it. On SQLite the writing transaction is ``BEGIN IMMEDIATE``, which serialises claims
+the same way on one machine.
+
+Functions take the caller's session and never commit; callers pass ``now`` (the repository reads no
+clock). A lease that expires (its node died) makes the row claimable again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from canary.errors import InputError
+from evidence_store.errors import LeaseLost
+from evidence_store.models import WarmQueue
+from evidence_store.schemas import to_utc
+
+FinalState = Literal["done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class WarmItem:
+    id: str
+    run_id: str
+    position: int
+    pair_json: dict[str, Any]
+    owner: str
+    attempts: int
+    lease_expires_at: datetime
+
+
+def item_id(run_id: str, position: int) -> str:
+    return f"{run_id}/{position}"
+
+
+def enqueue(session: Session, *, run_id: str, pairs: Sequence[dict[str, Any]], now: datetime) -> int:
+    """Add the run's pairs that are not queued yet (idempotent: every node of a run may call it).
+    Returns how many rows this call added."""
+    if not run_id:
+        raise InputError("must not be empty", field="run_id")
+    now = to_utc(now)
+    rows = [
+        {"id": item_id(run_id, i), "run_id": run_id, "position": i, "pair_json": dict(pair), "state": "queued",
+         "owner": None, "attempts": 0, "lease_expires_at": None, "result_json": None, "created_at": now,
+         "updated_at": now}
+        for i, pair in enumerate(pairs)
+    ]
+    if not rows:
+        return 0
+    before = session.scalar(select(func.count()).select_from(WarmQueue).where(WarmQueue.run_id == run_id)) or 0
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    session.execute(insert(WarmQueue).values(rows).on_conflict_do_nothing(index_elements=["id"]))
+    after = session.scalar(select(func.count()).select_from(WarmQueue).where(WarmQueue.run_id == run_id)) or 0
+    return int(after) - int(before)
+
+
+def claim(session: Session, *, run_id: str, owner: str, lease_s: float, now: datetime) -> WarmItem | None:
+    """Lease the first queued (or lease-expired) pair of the run, skipping rows another node holds
+    locked; ``None`` when nothing is left to do."""
+    if not lease_s > 0:
+        raise InputError(f"must be positive, got {lease_s}", field="lease_s")
+    now = to_utc(now)
+    query = (
+        select(WarmQueue)
+        .where(
+            WarmQueue.run_id == run_id,
+            or_(WarmQueue.state == "queued",
+                and_(WarmQueue.state == "leased", WarmQueue.lease_expires_at < now)),
+        )
+        .order_by(WarmQueue.position)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    row = session.scalars(query).first()
+    if row is None:
+        return None
+    row.state = "leased"
+    row.owner = owner
+    row.attempts += 1
+    row.lease_expires_at = now + timedelta(seconds=lease_s)
+    row.updated_at = now
+    session.flush()
+    return WarmItem(row.id, row.run_id, row.position, dict(row.pair_json), owner, row.attempts,
+                    row.lease_expires_at)
+
+
+def finish(session: Session, item: WarmItem, *, state: FinalState, result_json: dict[str, Any], now: datetime) -> None:
+    """Close a leased item. ``LeaseLost`` when another node took it over after this lease expired."""
+    row = session.get(WarmQueue, item.id, with_for_update=True)
+    if row is None:
+        raise InputError(f"no warm queue item {item.id!r}", field="id")
+    if row.state != "leased" or row.owner != item.owner:
+        raise LeaseLost(f"warm item {item.id} is {row.state} by {row.owner}, no longer leased by {item.owner}")
+    row.state = state
+    row.result_json = dict(result_json)
+    row.lease_expires_at = None
+    row.updated_at = to_utc(now)
+    session.flush()
+
+
+def run_status(session: Session, run_id: str) -> dict[str, int]:
+    """Items of the run by state."""
+    rows = session.execute(
+        select(WarmQueue.state, func.count()).where(WarmQueue.run_id == run_id).group_by(WarmQueue.state)
+    ).all()
+    return {str(state): int(count) for state, count in rows}
