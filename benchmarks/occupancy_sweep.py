@@ -21,9 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from canary.catalog import DeviceSpec, all_devices  # noqa: E402
-from canary.occupancy import cuda_occupancy  # noqa: E402
 from tests.harness.occupancy_reference import (  # noqa: E402
-    as_reference_row,
+    canary_row,
     compile_reference,
     missing_reason,
     reference_line,
@@ -55,16 +54,7 @@ def make_cases(count: int, seed: int) -> list[Case]:
 
 
 def python_row(case: Case) -> list[int]:
-    spec, regs, block, static, dynamic, carveout, barriers = case
-    return as_reference_row(cuda_occupancy(
-        spec,
-        registers_per_thread=regs,
-        threads_per_block=block,
-        static_shared_bytes=static,
-        dynamic_shared_bytes=dynamic,
-        carveout_pct=carveout,
-        barriers=barriers,
-    ))
+    return canary_row(*case)
 
 
 def main() -> int:

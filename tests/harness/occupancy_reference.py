@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from canary.catalog import DeviceSpec
-from canary.occupancy import OccupancyResult
+from canary.occupancy import OccupancyResult, cuda_occupancy
 
 HEADER_DIR = Path("/usr/local/cuda/include")
 HARNESS = Path(__file__).resolve().parent / "occupancy_ref.cpp"
@@ -89,3 +89,17 @@ def as_reference_row(result: OccupancyResult) -> list[int]:
         result.allocated_registers_per_block,
         result.allocated_shared_memory_per_block,
     ]
+
+
+def canary_row(spec: DeviceSpec, regs: int, block: int, static: int, dynamic: int, carveout: int,
+               barriers: int) -> list[int]:
+    """canary.occupancy on one configuration, as a reference row."""
+    return as_reference_row(cuda_occupancy(
+        spec,
+        registers_per_thread=regs,
+        threads_per_block=block,
+        static_shared_bytes=static,
+        dynamic_shared_bytes=dynamic,
+        carveout_pct=carveout,
+        barriers=barriers,
+    ))

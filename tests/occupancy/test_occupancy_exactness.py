@@ -22,6 +22,7 @@ from canary.occupancy import cuda_occupancy
 from tests.harness.occupancy_reference import (
     FLAG_BITS,
     as_reference_row,
+    canary_row,
     compile_reference,
     missing_reason,
     reference_line,
@@ -101,17 +102,7 @@ def test_sweep_matches_header_on_every_cuda_device(reference: Path) -> None:
         assert expected[0] == 0, (
             f"reference error {expected[0]} for {spec.name} {regs, block, static, dynamic, carveout, barriers}"
         )
-        got = _as_reference(
-            cuda_occupancy(
-                spec,
-                registers_per_thread=regs,
-                threads_per_block=block,
-                static_shared_bytes=static,
-                dynamic_shared_bytes=dynamic,
-                carveout_pct=carveout,
-                barriers=barriers,
-            )
-        )
+        got = canary_row(spec, regs, block, static, dynamic, carveout, barriers)
         zero_blocks += expected[1] == 0
         if got != expected:
             mismatches.append((spec.name, (regs, block, static, dynamic, carveout, barriers), expected, got))
@@ -164,17 +155,7 @@ def test_other_compute_capabilities_the_header_knows(reference: Path, cc: tuple[
     cases = _random_cases(rng, spec, 300)
     rows = _run_reference(reference, [_line(spec, *case) for case in cases])
     for (regs, block, static, dynamic, carveout, barriers), expected in zip(cases, rows, strict=True):
-        got = _as_reference(
-            cuda_occupancy(
-                spec,
-                registers_per_thread=regs,
-                threads_per_block=block,
-                static_shared_bytes=static,
-                dynamic_shared_bytes=dynamic,
-                carveout_pct=carveout,
-                barriers=barriers,
-            )
-        )
+        got = canary_row(spec, regs, block, static, dynamic, carveout, barriers)
         assert got == expected, (cc, regs, block, static, dynamic, carveout, barriers)
 
 
