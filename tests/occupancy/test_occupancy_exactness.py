@@ -21,7 +21,6 @@ from canary.errors import InputError
 from canary.occupancy import cuda_occupancy
 from tests.harness.occupancy_reference import (
     FLAG_BITS,
-    as_reference_row,
     canary_row,
     compile_reference,
     missing_reason,
@@ -44,7 +43,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 _line = reference_line
 _run_reference = run_reference
-_as_reference = as_reference_row
 
 
 def _random_cases(
