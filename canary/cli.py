@@ -30,6 +30,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "db",
     "envelope",
     "bench",
+    "serve",
+    "profiles",
 )
 
 
