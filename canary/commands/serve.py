@@ -28,6 +28,7 @@ def add_parser(sub: Any) -> None:
                    help="wall seconds per simulated second a simulated probe holds its device (0..1)")
     p.add_argument("--node", action="append", default=[], metavar="NODE=DEVICE[,DEVICE…]",
                    help="a Kubernetes node's devices for the extender (snapshot files, name@version, catalog names)")
+    p.add_argument("--openapi", action="store_true", help="print the OpenAPI document and exit (docs/openapi.json)")
     p.set_defaults(handler=run_serve)
 
     t = sub.add_parser("tokens", help="bearer tokens of canary serve: create, list, revoke",
@@ -81,6 +82,11 @@ def run_serve(args: argparse.Namespace) -> int:
     from canary.serve.main import run
 
     config = build_config(args)
+    if args.openapi:
+        from canary.serve.app import openapi_document
+
+        sys.stdout.write(openapi_document(config) + "\n")
+        return EXIT_ADMIT
     # Fail here, with exit 4 and one line, when the store is unreachable or not migrated — not in a worker.
     open_store_for_writing(config.db_url, announce=lambda m: sys.stderr.write(f"canary: {m}\n")).dispose()
     scheme = "https" if config.tls else "http"

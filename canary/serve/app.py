@@ -20,6 +20,7 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -156,18 +157,20 @@ def _service(request: Request) -> Service:
 
 
 Svc = Annotated[Service, Depends(_service)]
+# Declares the scheme in the OpenAPI document; the check itself is ``require``'s.
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False, scheme_name="bearer"))]
 
 
 def require(scope: str, *, extender: bool = False) -> Callable[[Request], Awaitable[None]]:
     """A dependency: the request carries a bearer token granting ``scope`` (unless auth is off)."""
 
-    async def check(request: Request) -> None:
+    async def check(request: Request, credentials: Bearer) -> None:
         svc = _service(request)
         mode = svc.config.extender_auth if extender else svc.config.auth
         if mode == "none":
             return
         header = request.headers.get("authorization", "")
-        if not header.lower().startswith("bearer "):
+        if credentials is None or not header.lower().startswith("bearer "):
             svc.metrics.auth_failures.labels("missing").inc()
             raise _Http(401, "a bearer token is required (Authorization: Bearer cnr_…); see canary serve token create",
                         {"WWW-Authenticate": "Bearer"})
@@ -555,7 +558,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
     from canary.serve.extender import add_extender_routes
 
-    add_extender_routes(app, require, _service)
+    add_extender_routes(app, require)
     return app
 
 
@@ -569,3 +572,9 @@ def _run_sync(coro: Any) -> Any:
         return stop.value
     coro.close()
     raise RuntimeError("admit_async(probe=False) suspended; it must decide without awaiting")
+
+
+def openapi_document(config: ServeConfig | None = None) -> str:
+    """The OpenAPI document as checked into ``docs/openapi.json`` (stable key order)."""
+    app = create_app(config or ServeConfig())
+    return json.dumps(app.openapi(), indent=2, sort_keys=True)

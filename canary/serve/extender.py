@@ -31,6 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from canary.certificate import Certificate
 from canary.errors import CanaryError
+from canary.serve.app import Svc
 
 MAX_EXTENDER_PRIORITY = 10
 
@@ -202,14 +203,14 @@ def _wants_canary(svc: Any, pod: Pod | None) -> bool:
     return pod is not None and svc.config.extender_profile_annotation in (pod.metadata.annotations or {})
 
 
-def add_extender_routes(app: FastAPI, require: Callable[..., Any], service: Callable[..., Any]) -> None:
+def add_extender_routes(app: FastAPI, require: Callable[..., Any]) -> None:
     from canary.serve.probes import utcnow
 
     deps = [Depends(require("fit", extender=True))]
 
     @app.post("/v1/extender/filter", tags=["kubernetes"], dependencies=deps, response_model=ExtenderFilterResult,
               response_model_exclude_none=True)
-    async def extender_filter(args: ExtenderArgs, svc: Annotated[Any, Depends(service)]) -> ExtenderFilterResult:
+    async def extender_filter(args: ExtenderArgs, svc: Svc) -> ExtenderFilterResult:
         """kube-scheduler's filter verb: nodes where the pod's profile fits now, and why the others do not."""
         names = _node_names(args)
         if args.pod is None:
@@ -231,7 +232,7 @@ def add_extender_routes(app: FastAPI, require: Callable[..., Any], service: Call
         return result
 
     @app.post("/v1/extender/prioritize", tags=["kubernetes"], dependencies=deps, response_model=list[HostPriority])
-    async def extender_prioritize(args: ExtenderArgs, svc: Annotated[Any, Depends(service)]) -> list[HostPriority]:
+    async def extender_prioritize(args: ExtenderArgs, svc: Svc) -> list[HostPriority]:
         """kube-scheduler's prioritize verb: 0..10 per node from memory headroom and predicted slowdown."""
         names = _node_names(args)
         if args.pod is None or not _wants_canary(svc, args.pod):
