@@ -71,10 +71,14 @@ def build_config(args: argparse.Namespace) -> Any:
                 raise InputError(f"expected NODE=DEVICE[,DEVICE…], got {spec!r}", field="--node")
             nodes[name] = tuple(d for d in devices.split(",") if d)
         changes["nodes"] = nodes
+    from pydantic import ValidationError
+
+    from canary._model import validation_to_input_error
+
     try:
         return ServeConfig.model_validate(base.model_dump() | changes)
-    except ValueError as exc:
-        raise InputError(str(exc).splitlines()[-1] if str(exc) else "invalid", field="serve configuration") from None
+    except ValidationError as exc:
+        raise validation_to_input_error(exc, args.config or "serve options") from None
 
 
 def run_serve(args: argparse.Namespace) -> int:
