@@ -161,7 +161,7 @@ Svc = Annotated[Service, Depends(_service)]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False, scheme_name="bearer"))]
 
 
-def require(scope: str, *, extender: bool = False) -> Callable[[Request], Awaitable[None]]:
+def require(scope: str, *, extender: bool = False) -> Callable[..., Awaitable[None]]:
     """A dependency: the request carries a bearer token granting ``scope`` (unless auth is off)."""
 
     async def check(request: Request, credentials: Bearer) -> None:

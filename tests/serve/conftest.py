@@ -151,7 +151,7 @@ def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     tokens = {scope: make_token(url, scope) for scope in ("read", "fit", "admit", "feedback", "admin")}
     server = Server(url, tmp, "--sim-time-scale", "0", "--node", f"gpu-node-a={EX / 'snapshots' / 'g-nccl-mps-room.yaml'}",
                     "--node", f"gpu-node-b={EX / 'snapshots' / 'a-persistent-35pct.yaml'}",
-                    "--node", f"gpu-node-idle=h100-sxm")
+                    "--node", "gpu-node-idle=h100-sxm")
     server.start()
     try:
         yield Api(server, url, tokens)

@@ -3,6 +3,7 @@ one device, cancellation, and a server killed mid-probe. Assertions read what th
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from datetime import datetime
@@ -83,7 +84,7 @@ def test_storm_one_probe_per_pair_never_two_on_a_device(store_url: str, server_f
         by_device.setdefault(p.device_id, []).append((p.started_at, p.finished_at))
     for spans in by_device.values():
         spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        for (_, end), (start, _) in itertools.pairwise(spans):
             assert end <= start, f"two probes overlapped on one device: {spans}"
     # Every request got its own pair's certificate, and the requests of one pair got the same decision.
     for body, (_, cert) in zip(bodies, answers, strict=True):
