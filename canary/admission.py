@@ -599,6 +599,7 @@ async def admit_async(
     reserve: bool = True,
     engine: Any = None,
     monitor_wrapper: Any = None,
+    defer_probe: Any = None,
 ) -> Certificate:
     """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
     reservation and certificate committed together (or nothing). ``now`` is a clock function.
@@ -606,7 +607,9 @@ async def admit_async(
     ``reserve=False`` is the evidence-warming form: probes are run and recorded, nothing is booked
     and no certificate is stored (the returned one says what an admission would have decided).
     ``monitor_wrapper`` (a ``Monitor`` → ``Monitor`` function) lets a caller wrap each probe's monitor,
-    e.g. the service pacing simulated windows in wall time."""
+    e.g. the service pacing simulated windows in wall time. ``defer_probe`` (a function of the pair keys
+    to probe) is called before any probe starts, with nothing written yet; the service passes one that
+    raises to hand the probe to its coordinator (one probe per pair key) instead of running it here."""
     from evidence_store import repository
     from evidence_store.engine import session_scope
     from evidence_store.errors import ReservationConflict
@@ -628,6 +631,8 @@ async def admit_async(
                    if e.outcome is None and e.key is not None]
         if decision.verdict == "unknown" and missing and probe and not any(
                 e.outcome is None and e.key is None for e in evidence):
+            if defer_probe is not None:
+                defer_probe([e.key for _, e in missing])
             from evidence_store.journal import StoreJournal
 
             journal = StoreJournal(engine)

@@ -94,6 +94,33 @@ async def _problem(send: Send, status: int, detail: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class CountResponses:
+    """Counts responses by route template and status (a plain ASGI middleware: no body buffering)."""
+
+    def __init__(self, app: ASGIApp, *, holder: dict[str, Any]) -> None:
+        self.app = app
+        self.holder = holder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            svc = self.holder.get("svc")
+            if svc is not None:
+                path = getattr(scope.get("route"), "path", "unmatched")
+                svc.metrics.http.labels(path, str(status[0])).inc()
+
+
 class Service:
     """What the routes share: the store, the probe runner, metrics, the token cache."""
 
@@ -175,7 +202,10 @@ def require(scope: str, *, extender: bool = False) -> Callable[..., Awaitable[No
             raise _Http(401, "a bearer token is required (Authorization: Bearer cnr_…); see canary serve token create",
                         {"WWW-Authenticate": "Bearer"})
         token = header[7:].strip()
-        info = await anyio.to_thread.run_sync(svc.tokens.check, token, utcnow())
+        now = utcnow()
+        known, info = svc.tokens.cached(token, now)
+        if not known:  # the slow hash and the store read happen off the event loop, once per token
+            info = await anyio.to_thread.run_sync(svc.tokens.check, token, now)
         if info is None:
             svc.metrics.auth_failures.labels("invalid").inc()
             raise _Http(401, "the token is unknown, revoked or expired", {"WWW-Authenticate": "Bearer"})
@@ -277,15 +307,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         status = 503 if isinstance(exc, StoreUnavailable | SchemaOutOfDate) else 500
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
-    @app.middleware("http")
-    async def _count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        svc = holder.get("svc")
-        if svc is not None:
-            svc.metrics.http.labels(path, str(response.status_code)).inc()
-        return response
+    app.add_middleware(CountResponses, holder=holder)
 
     # ------------------------------------------------------------------ health, metrics, ceiling
 
@@ -346,22 +368,23 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
     async def admissions(body: S.AdmissionRequest, svc: Svc) -> Response:
         """Both stages. 200 with the certificate when stage 1 or the evidence decides; otherwise 202 with
         ``Location: /v1/probes/{id}`` — requests for the same pair share one probe."""
-        from canary.admission import admit_async, pairs_to_probe
+        from canary.admission import admit_async
 
         t0 = time.perf_counter()
 
         def decide() -> Certificate | tuple[ProbeTicket, bool]:
             resolved = svc.resolve(body, extra={"reserve": body.reserve, "seed": body.seed})
             req = resolved.request
-            keys = pairs_to_probe(req, svc.access(), utcnow()) if body.probe else []
-            if keys:
-                digest = probe_queue.pair_digest(keys)
-                submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: probe_queue.submit(
-                    s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow()))
-                return submitted
-            with svc.metrics.store_op("admit"):
-                cert: Certificate = _run_sync(admit_async(req, engine=svc.engine, probe=False, reserve=body.reserve))
-            return cert
+            try:
+                with svc.metrics.store_op("admit"):
+                    cert: Certificate = _run_sync(admit_async(req, engine=svc.engine, probe=body.probe,
+                                                              reserve=body.reserve, defer_probe=_defer))
+                return cert
+            except ProbeDeferred as deferred:
+                digest = probe_queue.pair_digest(deferred.keys)
+            submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: probe_queue.submit(
+                s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow()))
+            return submitted
 
         outcome = await anyio.to_thread.run_sync(decide)
         if isinstance(outcome, Certificate):
@@ -560,6 +583,19 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
     add_extender_routes(app, require)
     return app
+
+
+class ProbeDeferred(Exception):
+    """Raised inside ``admit_async`` (through ``defer_probe``) when a probe is needed: the service queues
+    it in the store (one per pair key) instead of running it in the request."""
+
+    def __init__(self, keys: list[Any]) -> None:
+        super().__init__("probe deferred to the probe queue")
+        self.keys = keys
+
+
+def _defer(keys: list[Any]) -> None:
+    raise ProbeDeferred(keys)
 
 
 def _run_sync(coro: Any) -> Any:

@@ -38,6 +38,15 @@ class TokenCache:
         self._ttl_s = ttl_s
         self._cache: dict[str, _Cached] = {}
 
+    def cached(self, token: str, now: dt.datetime) -> tuple[bool, TokenInfo | None]:
+        """(True, record-or-None) when the cache can answer without the store; (False, None) otherwise."""
+        hit = self._cache.get(hashlib.sha256(token.encode("utf-8")).hexdigest())
+        if hit is None or time.monotonic() - hit.at >= self._ttl_s:
+            return False, None
+        if hit.info is not None and not hit.info.active_at(now):
+            return True, None
+        return True, hit.info
+
     def check(self, token: str, now: dt.datetime) -> TokenInfo | None:
         """The token's record when valid and active, else ``None`` (cached either way for ``ttl_s``)."""
         key = hashlib.sha256(token.encode("utf-8")).hexdigest()

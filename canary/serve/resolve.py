@@ -14,12 +14,13 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from canary._model import validate_document
 from canary.admission import Request, build_request
 from canary.errors import InputError
-from canary.policy import load_policy
+from canary.policy import Policy, load_policy
 from canary.profile import WorkloadProfile
 from canary.serve.schemas import DecisionRequest
 from canary.snapshot import DeviceSnapshot
@@ -96,10 +97,27 @@ def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
     return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind="published")
 
 
+def cached_policy(name: str) -> Policy:
+    """``load_policy(name)``, parsed once per file version (policies are read on every decision)."""
+    from canary.policy import POLICY_DIR
+
+    path = POLICY_DIR / f"{name}.yaml"
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return load_policy(name)  # says which policies exist
+    return _policy(name, mtime)
+
+
+@lru_cache(maxsize=64)
+def _policy(name: str, mtime_ns: int) -> Policy:
+    return load_policy(name)
+
+
 def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str,
             extra: dict[str, Any] | None = None) -> Resolved:
     """The core's ``Request`` for this body; ``InputError`` names the field and the problem."""
-    policy = load_policy(body.policy or default_policy)
+    policy = cached_policy(body.policy or default_policy)
     candidate = _profile(body.candidate, "candidate", registry)
     residents = tuple(_profile(r, f"residents[{i}]", registry) for i, r in enumerate(body.residents))
     device = _device(body.device, registry)
@@ -130,5 +148,5 @@ def from_request_json(data: dict[str, Any]) -> Request:
     device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
     candidate = validate_document(WorkloadProfile, data["candidate"], file="queued candidate")
     residents = tuple(validate_document(WorkloadProfile, r, file="queued resident") for r in data["residents"])
-    policy = load_policy(data["policy"])
+    policy = cached_policy(data["policy"])
     return build_request(device, candidate, policy, extra_residents=residents, regime=data["regime"])
