@@ -95,7 +95,12 @@ class Server:
             except OSError:
                 continue
             if int(fields[1]) == self.proc.pid:
-                children += 1
+                try:
+                    cmdline = (stat.parent / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"resource_tracker" not in cmdline:  # multiprocessing's helper serves nothing
+                    children += 1
         return children or 1
 
     def kill(self) -> None:
