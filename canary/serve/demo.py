@@ -36,7 +36,7 @@ def _show(method: str, url: str, r: httpx.Response, body_note: str = "") -> None
         sys.stdout.write(f"location: {r.headers['location']}\n")
     data: dict[str, Any] = r.json()
     cert = data.get("certificate") if "certificate" in data else data
-    brief = {k: data[k] for k in ("id", "state", "waiters") if k in data}
+    brief: dict[str, Any] = {k: data[k] for k in ("id", "state", "waiters") if k in data}
     if cert:
         brief |= {k: cert.get(k) for k in ("verdict", "decided_by", "hard_fit", "regime", "confidence",
                                            "predicted_slowdown_range")}
