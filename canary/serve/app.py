@@ -152,6 +152,11 @@ class Service:
                 .group_by(Reservation.device_id)).all()
         return states, {str(d): int(n or 0) for d, n in rows}
 
+    @property
+    def url(self) -> str:
+        """The store URL with its password (``str(engine.url)`` masks it, which cannot connect)."""
+        return str(self.engine.url.render_as_string(hide_password=False))
+
     def runner_wake(self) -> None:
         """Wake the probe runner from a worker thread (anyio events belong to the event loop)."""
         import anyio.from_thread
@@ -173,7 +178,7 @@ class Service:
     def access(self) -> Any:
         from canary.admission import EvidenceAccess
 
-        access = EvidenceAccess(str(self.engine.url))
+        access = EvidenceAccess(self.url)
         access._engine, access.present = self.engine, True
         return access
 
@@ -483,7 +488,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         def work() -> str:
             req = svc.resolve(body).request
             with svc.metrics.store_op("feedback"):
-                return record_feedback(req, resident_name=body.resident_name, db_url=str(svc.engine.url),
+                return record_feedback(req, resident_name=body.resident_name, db_url=svc.url,
                                        observed_slowdown_pct=body.slowdown_pct, now=utcnow())
 
         return S.FeedbackResponse(evidence_id=await anyio.to_thread.run_sync(work))
