@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bench",
     "serve",
     "profiles",
+    "agent",
 )
 
 

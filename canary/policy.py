@@ -43,6 +43,12 @@ class Policy(Model):
     on_probe_inconclusive: Literal["unknown", "reject"] = "unknown"
     reservation_lease_s: float = Field(default=3600.0, gt=0)
     mps_default_active_thread_pct: int = Field(default=50, ge=1, le=100)
+    snapshot_max_age_s: float = Field(
+        default=60.0, gt=0, description="a published (node agent) snapshot older than this makes stage 1 answer "
+        "unknown, never a stale yes")
+    revalidation_budget_pairs: int = Field(
+        default=8, ge=0, le=1000, description="after a driver change, an agent queues revalidation probes for at most "
+        "this many of the device type's most requested pairs")
     risk_budgets: dict[WorkloadClass, RiskBudget]
 
     @model_validator(mode="after")

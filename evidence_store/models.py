@@ -207,5 +207,7 @@ class WarmQueue(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
-# The service's tables live in their own module; importing it here keeps Base.metadata complete.
+# The service's and the node agents' tables live in their own modules; importing them here keeps
+# Base.metadata complete.
+from evidence_store import fleet_models as _fleet_models  # noqa: E402, F401
 from evidence_store import serve_models as _serve_models  # noqa: E402, F401
