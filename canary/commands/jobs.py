@@ -12,7 +12,12 @@ def add_parser(sub: Any) -> None:
     warm = sub.add_parser("warm", help="probe the plan's pairs that lack fresh evidence (nightly job)",
                           description="Probe every planned pair that fits and lacks fresh evidence, inside the "
                           "plan's global time budget; resumable (fresh pairs are skipped). Records evidence only.")
-    warm.add_argument("plan", metavar="PLAN", help="warm plan (YAML), see docs/jobs.md")
+    warm.add_argument("plan", metavar="PLAN", nargs="?", help="warm plan (YAML), see docs/jobs.md")
+    warm.add_argument("--from-history", action="store_true", help="build the plan from the admissions actually "
+                      "requested (and evidence about to expire) instead of a file; see docs/operations.md")
+    warm.add_argument("--since", default="7d", help="--from-history: admission history window (default 7d)")
+    warm.add_argument("--expiring-within", help="--from-history: also pairs whose evidence expires within this (24h)")
+    warm.add_argument("--top", type=int, default=50, help="--from-history: at most N requested (and N expiring) pairs")
     warm.add_argument("--budget-s", type=float, help="override the plan's global time budget")
     warm.add_argument("--concurrency", type=int, help="override the plan's probes-at-once")
     warm.add_argument("--seed", type=int, default=0, help="seed of simulated devices")
@@ -64,7 +69,7 @@ def _print_report(report: Any, *, drift: bool) -> None:
     if drift:
         headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
     sys.stdout.write(table(headers, rows) + "\n")
-    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "fresh", "does-not-fit", "unknown-fit",
+    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "queued", "fresh", "does-not-fit", "unknown-fit",
                                                            "skipped-budget", "error") if report.count(s))
     sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"
                      + (f"; {report.stale_marked} record(s) marked stale" if drift else "") + "\n")
@@ -82,6 +87,14 @@ def run_warm(args: argparse.Namespace) -> int:
     from canary.jobs.plan import load_plan
     from canary.jobs.warm import warm_async
 
+    if args.from_history:
+        from canary.jobs.history import run_cli
+
+        return run_cli(args)
+    if not args.plan:
+        from canary.errors import InputError
+
+        raise InputError("give a plan file, or --from-history", field="PLAN")
     plan = load_plan(args.plan)
     updates = {k: v for k, v in (("budget_s", args.budget_s), ("concurrency", args.concurrency)) if v is not None}
     if updates:
