@@ -214,7 +214,7 @@ def run_cli(args: Any) -> int:
     report = anyio.run(go)
     if args.json:
         doc = json.loads(_as_json(report))
-        sys.stdout.write(json.dumps({"run_id": run_id, "plan": [e.summary() for e in plan], **doc}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({**doc, "run_id": run_id, "plan": [e.summary() for e in plan]}, indent=2) + "\n")
     else:
         _print_report(report, drift=False)
     return 4 if report.count("error") else 0
