@@ -17,7 +17,7 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI, Query
 from fastapi.responses import JSONResponse
 
-from canary.serve.app import Svc, _Http
+from canary.serve.app import ERRORS, PROBLEM, Svc, _Http
 
 log = logging.getLogger("canary.serve")
 
@@ -67,7 +67,7 @@ def add_fleet_routes(app: FastAPI, require: Callable[..., Any]) -> None:
     from canary.serve.probes import utcnow
     from evidence_store import fleet
 
-    @app.get("/v1/agents", tags=["fleet"], dependencies=[Depends(require("read"))])
+    @app.get("/v1/agents", tags=["fleet"], dependencies=[Depends(require("read"))], responses=ERRORS)
     async def list_agents(svc: Svc, node: str | None = Query(default=None, max_length=200)) -> JSONResponse:
         """Devices node agents publish: node, driver, when the snapshot was taken and how old it is."""
         now = utcnow()
@@ -79,7 +79,7 @@ def add_fleet_routes(app: FastAPI, require: Callable[..., Any]) -> None:
             "published_at": r.published_at.isoformat(), "age_s": round(r.age_s(now), 3), "draining": r.draining,
         } for r in rows])
 
-    @app.get("/v1/drift", tags=["fleet"], dependencies=[Depends(require("read"))])
+    @app.get("/v1/drift", tags=["fleet"], dependencies=[Depends(require("read"))], responses=ERRORS)
     async def list_drift(svc: Svc, limit: int = Query(default=50, ge=1, le=1000)) -> JSONResponse:
         """Driver changes node agents saw, newest first."""
         def work(s: Any) -> list[dict[str, Any]]:
@@ -90,7 +90,8 @@ def add_fleet_routes(app: FastAPI, require: Callable[..., Any]) -> None:
 
         return JSONResponse(await anyio.to_thread.run_sync(lambda: svc.db("drift_list", work, read_only=True)))
 
-    @app.get("/v1/drift/{event_id}", tags=["fleet"], dependencies=[Depends(require("read"))])
+    @app.get("/v1/drift/{event_id}", tags=["fleet"], dependencies=[Depends(require("read"))],
+             responses={404: PROBLEM, **ERRORS})
     async def drift_report(event_id: str, svc: Svc) -> JSONResponse:
         """Old vs new outcome and resident slowdown per revalidated pair of one driver change."""
         def work(s: Any) -> dict[str, Any] | None:
