@@ -188,7 +188,7 @@ class ProbeRunner:
             await self.recover()
         while self.running < self.config.max_concurrent_probes:
             ticket: ProbeTicket | None = await self._db("probe_claim", lambda s: probe_queue.claim_next(
-                s, owner=self.owner, lease_s=self.config.probe_lease_s, now=utcnow()))
+                s, owner=self.owner, lease_s=self.config.probe_lease_s, now=utcnow(), clock=utcnow))
             if ticket is None:
                 return
             self.running += 1
