@@ -90,12 +90,23 @@ class DeviceSnapshot(Model):
     mig: MigState = MigState()
     mps: MpsState = MpsState()
     memory_total_bytes: Bytes | None = None
-    memory_used_bytes: Bytes | None = None
-    memory_reserved_bytes: Bytes | None = None
+    memory_used_bytes: Bytes | None = Field(
+        default=None,
+        description="memory allocated by contexts, without the driver reserve (NVML v2 used); None = unknown, "
+        "and then processes nobody listed cannot be ruled out",
+    )
+    memory_reserved_bytes: Bytes | None = Field(
+        default=None, description="driver/firmware reserve (NVML nvmlMemory_v2_t.reserved); None = unknown"
+    )
+    memory_used_includes_reserve: bool = Field(
+        default=False,
+        description="true when memory_used_bytes counts the driver reserve (NVML v1 used = reserved + allocated); "
+        "false (default): used is memory allocated by contexts only (NVML v2: total = reserved + used + free)",
+    )
     telemetry: Telemetry = Telemetry()
     residents: tuple[Resident, ...] = ()
     green_partitions_sms: tuple[int, ...] | None = Field(
-        default=(), description="SMs held by existing green-context partitions; None = unknown"
+        default=None, description="SMs held by existing green-context partitions; [] = none; None (default) = unknown"
     )
     taken_at: dt.datetime | None = None
     source: SnapshotSource = "file"

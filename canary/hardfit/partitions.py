@@ -38,6 +38,9 @@ def check_mig(ctx: FitContext) -> list[Finding]:
         return []
     snap, spec = ctx.snapshot, ctx.spec
     name = ctx.regime.mig_profile or ""
+    if not spec.catalogued:
+        return [finding("mig_placement", name, None, "placement", "unknown", "catalog",
+                        f"{spec.name} is not in the catalog: its MIG profiles and placements are unknown")]
     if not spec.mig_profiles:
         return [finding("mig_placement", name, "MIG not supported", "placement", "no",
                         f"catalog ({spec.source('mig_profiles')})", f"{spec.name} has no MIG")]
@@ -126,7 +129,9 @@ def check_green(ctx: FitContext) -> list[Finding]:
     if snap.green_partitions_sms is None:
         return [finding("green_sms", rounded, None, "SMs", "unknown", snap.source,
                         "SMs held by existing green-context partitions are unknown")]
-    held = sum(snap.green_partitions_sms)
+    # Residents that say they run in a green partition hold at least their SMs, even where the
+    # snapshot's partition list leaves them out.
+    held = max(sum(snap.green_partitions_sms), sum(r.green_sms or 0 for r in snap.residents))
     # Partitions are carved in whole alignment groups; the remainder below one group is unusable.
     available = ((spec.sm_count - held) // align) * align
     detail = (f"{want} SMs round up to {rounded} (minimum {minimum}, alignment {align}); "
