@@ -183,6 +183,9 @@ def validate_snapshot(snapshot: DeviceSnapshot, spec: DeviceSpec, *, file: str |
     slices = spec.mig_memory_slices if spec.catalogued else None
     for i, inst in enumerate(instances):
         where = f"mig.instances[{i}]"
+        if slices is not None and inst.start + inst.size > slices:
+            raise bad(where, f"instance [{inst.start},{inst.start + inst.size}) runs past the last memory slice "
+                             f"({spec.name} has {slices}: 0..{slices - 1})")
         if spec.catalogued:
             if not spec.mig_profiles:
                 raise bad(f"{where}.profile", f"{spec.name} has no MIG, but a {inst.profile} instance is listed")
@@ -197,9 +200,6 @@ def validate_snapshot(snapshot: DeviceSnapshot, spec: DeviceSpec, *, file: str |
                 starts = ", ".join(str(p.start) for p in profile.placements)
                 raise bad(f"{where}.start", f"{profile.name} cannot start at slice {inst.start} on {spec.name} "
                                             f"(valid starts: {starts})")
-        if slices is not None and inst.start + inst.size > slices:
-            raise bad(where, f"instance [{inst.start},{inst.start + inst.size}) runs past the last memory slice "
-                             f"({spec.name} has {slices}: 0..{slices - 1})")
         for j in range(i):
             other = instances[j]
             if inst.start < other.start + other.size and other.start < inst.start + inst.size:
