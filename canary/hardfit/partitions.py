@@ -54,6 +54,10 @@ def check_mig(ctx: FitContext) -> list[Finding]:
     if not snap.mig.enabled:
         return [finding("mig_placement", profile.name, "MIG disabled", "placement", "no", snap.source,
                         "MIG is disabled on this device; enabling it needs the GPU drained and reset")]
+    if "mig.instances" in snap.unknown_reasons:
+        # An empty list here means "could not be read", not "no instances": never a free placement.
+        return [finding("mig_placement", profile.name, None, "placement", "unknown", snap.source,
+                        f"the existing MIG instances are unknown: {snap.unknown_reasons['mig.instances']}")]
     total_slices = spec.mig_memory_slices
     if total_slices is None:
         return [finding("mig_slices", profile.memory_slices, None, "memory slices", "unknown", "catalog",
