@@ -67,6 +67,15 @@ class MpsState(Model):
     default_active_thread_pct: int | None = Field(default=None, ge=1, le=100)
 
 
+class DevicePartition(Model):
+    """AMD's partition modes for the logical device the snapshot describes (amdsmi
+    ``amdsmi_get_gpu_compute_partition`` / ``amdsmi_get_gpu_memory_partition``): ``SPX``…``CPX`` and
+    ``NPS1``…``NPS8``. ``None`` = not reported. NVIDIA devices leave both ``None`` (MIG is separate)."""
+
+    compute: str | None = Field(default=None, pattern=r"^(SPX|DPX|TPX|QPX|CPX)$")
+    memory: str | None = Field(default=None, pattern=r"^NPS[1-8]$")
+
+
 class Resident(Model):
     """A workload already on the device: with a profile, or a bare process with observed memory."""
 
@@ -92,6 +101,7 @@ class DeviceSnapshot(Model):
     compute_mode: ComputeMode | None = None
     mig: MigState = MigState()
     mps: MpsState = MpsState()
+    partition: DevicePartition = DevicePartition()
     memory_total_bytes: Bytes | None = None
     memory_used_bytes: Bytes | None = Field(
         default=None,
@@ -238,6 +248,19 @@ def validate_snapshot(snapshot: DeviceSnapshot, spec: DeviceSpec, *, file: str |
         if held > spec.sm_count:
             raise bad("green_partitions_sms", f"{held} SMs in green-context partitions, but {spec.name} has "
                                               f"{spec.sm_count}")
+    part = snapshot.partition
+    if spec.catalogued and (part.compute is not None or part.memory is not None):
+        for kind, mode in (("compute", part.compute), ("memory", part.memory)):
+            if mode is not None and spec.partitions_of(kind, mode) is None:
+                have = ", ".join(name for name, _ in (spec.compute_partitions if kind == "compute"
+                                                       else spec.memory_partitions)) or "none"
+                raise bad(f"partition.{kind}", f"{spec.name} has no {kind} partition mode {mode} (modes: {have})")
+        parts = spec.partitions_of("memory", part.memory) if part.memory is not None else None
+        if parts is not None and snapshot.memory_total_bytes is not None \
+                and snapshot.memory_total_bytes > spec.memory_bytes // parts:
+            raise bad("memory_total_bytes", f"{part.memory} splits {spec.name}'s {spec.memory_bytes} bytes into "
+                                            f"{parts}: a partition holds at most {spec.memory_bytes // parts}, "
+                                            f"not {snapshot.memory_total_bytes}")
     mps = snapshot.mps
     if mps.clients is not None and mps.max_clients is not None and mps.clients > mps.max_clients:
         raise bad("mps.clients", f"{mps.clients} MPS clients connected, above max_clients {mps.max_clients}")

@@ -151,6 +151,16 @@ class DeviceSpec:
     catalogued: bool = True
     """``False`` for a live device the catalog lacks (:func:`uncatalogued_spec`): its per-SM numbers
     are unknown and every consumer that needs them must answer *unknown* (occupancy raises)."""
+    compute_partitions: tuple[tuple[str, int], ...] = ()
+    """AMD compute partition modes and the logical devices each makes (``("CPX", 8)``); empty: none."""
+    memory_partitions: tuple[tuple[str, int], ...] = ()
+    """AMD memory partition (NPS) modes and the memory partitions each makes (``("NPS4", 4)``)."""
+
+    def partitions_of(self, kind: str, mode: str) -> int | None:
+        """How many parts compute (``kind="compute"``) or memory partition ``mode`` makes; ``None``
+        when the device has no such mode."""
+        table = self.compute_partitions if kind == "compute" else self.memory_partitions
+        return next((parts for name, parts in table if name == mode.upper()), None)
 
     @property
     def max_warps_per_sm(self) -> int:

@@ -91,6 +91,16 @@ def hbm_balance(ctx: FitContext) -> HbmBalance:
     if snap.memory_total_bytes is not None:
         total: int | None = snap.memory_total_bytes
         total_src = f"{_observed_source(snap.source)}: memory_total_bytes ({nvml_v2}.total)"
+    elif spec.catalogued and spec.memory_partitions:
+        # A memory-partitioned AMD device (NPSn) shows each logical device one part of the HBM.
+        mode = snap.partition.memory
+        parts = spec.partitions_of("memory", mode) if mode is not None else None
+        if parts is None:
+            total, total_src = None, (f"unknown: the snapshot states no total and {spec.name}'s memory partition mode "
+                                      "(NPS) is unknown, so the catalog's whole-device figure may be too large")
+        else:
+            total = spec.memory_bytes // parts
+            total_src = f"catalog ({spec.source('memory_bytes')}) / {parts} for {mode} ({spec.source('memory_partitions')})"
     elif spec.catalogued:
         total, total_src = spec.memory_bytes, f"catalog ({spec.source('memory_bytes')})"
     else:
@@ -241,8 +251,10 @@ def check_unlisted_context(ctx: FitContext) -> list[Finding]:
     balance = ctx.hbm
     src = _observed_source(ctx.snapshot.source)
     if balance.unlisted_bytes is None:
-        if "residents" in ctx.snapshot.unknown_reasons:
-            return []  # hbm and co-residency already say the residents are unknown
+        if balance.term("residents").value is None:
+            # A listed process of unknown memory may account for all of it: hbm says unknown already,
+            # and that process is itself a resident without a profile.
+            return []
         return [finding("unlisted_context", "no unlisted context", None, "bytes", "unknown", src,
                         f"whether a process nobody listed holds the device is unknown: {balance.unlisted_reason}")]
     if balance.unlisted_context:

@@ -141,3 +141,28 @@ def check_green(ctx: FitContext) -> list[Finding]:
     detail = (f"{want} SMs round up to {rounded} (minimum {minimum}, alignment {align}); "
               f"{held} of {spec.sm_count} SMs already partitioned. {GREEN_CAVEAT}")
     return [finding("green_sms", rounded, available, "SMs", "yes" if rounded <= available else "no", src, detail)]
+
+
+def check_amd_partition(ctx: FitContext) -> list[Finding]:
+    """AMD's MIG analogue: a compute partition (SPX/DPX/QPX/CPX) makes the snapshot's device one
+    logical GPU with 1/n of the CUs; a memory partition (NPSn) gives it 1/n of the HBM. The snapshot
+    describes that logical device, so its observed memory already is the partition's; the finding
+    states what the logical device holds. Nothing here is unknown when the mode is not reported:
+    stage 1 reads no CU count on AMD, and HBM falls back to the catalog only when the NPS mode is
+    known (``hbm`` says so)."""
+    spec, part = ctx.spec, ctx.snapshot.partition
+    if spec.vendor != "amd" or not spec.catalogued or not spec.compute_partitions or part.compute is None:
+        return []
+    parts = spec.partitions_of("compute", part.compute)
+    if parts is None:
+        return [finding("amd_partition", part.compute, None, "CUs", "unknown", f"catalog ({spec.source('compute_partitions')})",
+                        f"{spec.name} has no compute partition mode {part.compute}")]
+    cus = spec.sm_count // parts
+    memory = ""
+    if part.memory is not None:
+        mparts = spec.partitions_of("memory", part.memory)
+        if mparts is not None:
+            memory = f"; {part.memory}: {mparts} memory partition(s) of {format_bytes(spec.memory_bytes // mparts)}"
+    return [finding("amd_partition", "logical device", cus, "CUs", "yes", f"catalog ({spec.source('compute_partitions')})",
+                    f"{part.compute}: {parts} logical device(s) of {cus} of {spec.sm_count} CUs{memory}; "
+                    "each is a separate device to ROCm, as a MIG instance is to CUDA")]

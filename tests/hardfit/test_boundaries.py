@@ -26,7 +26,7 @@ from canary.certificate import FitVerdict, HardFit
 from canary.hardfit import check, parse_regime
 from canary.policy import Policy, load_policy
 from canary.profile import KernelSpec, MemoryEnvelope, SharingModes, WorkloadProfile
-from canary.snapshot import DeviceSnapshot, MigInstance, MigState, MpsState, Resident
+from canary.snapshot import DevicePartition, DeviceSnapshot, MigInstance, MigState, MpsState, Resident
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 POLICY = load_policy("default")
@@ -44,9 +44,9 @@ def cand(peak: int = GiB, *, kernels: tuple[KernelSpec, ...] = (), deadline_ms: 
 
 
 def snap(device: str = "h100-sxm", **kw: Any) -> DeviceSnapshot:
-    total = kw.pop("total", None)
-    if total is None and device in _CATALOGUED:
-        total = lookup(device).memory_bytes
+    total = kw.pop("total", "catalog")
+    if total == "catalog":
+        total = lookup(device).memory_bytes if device in _CATALOGUED else None
     base: dict[str, Any] = dict(device_type=device, compute_mode="DEFAULT", mig=MigState(enabled=False),
                                 mps=MpsState(running=False, clients=0), memory_total_bytes=total,
                                 memory_used_bytes=0, memory_reserved_bytes=600 * MiB, green_partitions_sms=())
@@ -368,6 +368,25 @@ CM_ROWS = [
         cand(), "timeslice", "compute_mode", "yes", "AMD has no exclusive compute mode: ROCm devices are shared"),
 ]
 
+# ----------------------------------------------------------------------- AMD partitions (MI300X)
+# MI300X: 8 XCDs × 38 CUs = 304; SPX/DPX/QPX/CPX make 1/2/4/8 logical devices (amdsmi.h); NPS4 makes
+# four 48 GiB memory partitions (AMD Instinct partitioning quick start).
+AMD = dict(source="rocm", compute_mode=None, memory_reserved_bytes=None)
+NPS4_48 = 48 * GiB
+AMD_ROWS = [
+    row("amd-cpx-logical-device", snap("mi300x", partition=DevicePartition(compute="CPX", memory="NPS4"), **AMD),
+        cand(), "timeslice", "amd_partition", "yes", "CPX: one XCD = 38 of 304 CUs per logical device"),
+    row("amd-nps4-catalog-total-at-limit",
+        snap("mi300x", total=None, partition=DevicePartition(compute="CPX", memory="NPS4"), **AMD),
+        cand(NPS4_48 - GiB - NPS4_48 * 5 // 100 - CTX), "timeslice", "hbm", "yes",
+        "no observed total: NPS4's 48Gi partition, not the 192Gi device; policy reserve 1Gi; headroom 5 %"),
+    row("amd-nps4-catalog-total-one-past",
+        snap("mi300x", total=None, partition=DevicePartition(compute="CPX", memory="NPS4"), **AMD),
+        cand(NPS4_48 - GiB - NPS4_48 * 5 // 100 - CTX + 1), "timeslice", "hbm", "no", "one byte past"),
+    row("amd-nps-unknown-no-total", snap("mi300x", total=None, **AMD), cand(), "timeslice", "hbm", "unknown",
+        "neither an observed total nor the NPS mode: the whole-device figure may be 4× too large"),
+]
+
 # ------------------------------------------------------------------------------------- unknowns
 UNCAT = uncatalogued_spec("NVIDIA H300 Prototype", "nvidia", memory_bytes=96 * GiB)
 UNKNOWN_ROWS = [
@@ -419,7 +438,7 @@ UNKNOWN_ROWS = [
         "MIG placement tables come from the catalog", spec=UNCAT),
 ]
 
-ROWS = [*HBM_ROWS, *MIG_ROWS, *MPS_ROWS, *COR_ROWS, *LAUNCH_ROWS, *GREEN_ROWS, *CM_ROWS, *UNKNOWN_ROWS]
+ROWS = [*HBM_ROWS, *AMD_ROWS, *MIG_ROWS, *MPS_ROWS, *COR_ROWS, *LAUNCH_ROWS, *GREEN_ROWS, *CM_ROWS, *UNKNOWN_ROWS]
 
 _RANK = {"no": 2, "unknown": 1, "yes": 0}
 

@@ -203,6 +203,11 @@ MIG_ON = {"enabled": True}
     pytest.param({"mps": {"running": True, "clients": 49, "max_clients": 48}}, "mps.clients", "above",
                  id="mps-clients-above-limit"),
     pytest.param({"green_partitions_sms": [128, 8]}, "green_partitions_sms", "has 132", id="green-sms-above-device"),
+    pytest.param({"partition": {"compute": "CPX"}}, "partition.compute", "no compute partition mode",
+                 id="amd-partition-on-an-nvidia-device"),
+    pytest.param({"device_type": "mi300x", "compute_mode": None, "memory_reserved_bytes": None,
+                  "memory_total_bytes": 64 * GiB, "partition": {"compute": "CPX", "memory": "NPS4"}},
+                 "memory_total_bytes", "at most", id="nps4-partition-above-a-quarter"),
 ])
 def test_inconsistent_snapshots_are_input_errors(tmp_path: Path, doc: dict[str, Any], field: str, words: str) -> None:
     path = _write(tmp_path, "bad.yaml", {**H100, **doc})
