@@ -93,6 +93,15 @@ class Resident(Model):
 
 
 class DeviceSnapshot(Model):
+    """One device's sharing state, read once. Fields left out are unknown, never zero.
+
+    Cross-field rules checked when a snapshot file is loaded (exit 2 naming the field): MIG
+    instances only while MIG is enabled, each of a profile the device has, of that profile's size,
+    at one of its valid starts, within the device's memory slices and overlapping no other; a
+    resident's ``mig_instance`` names a listed instance; no resident (nor all together) observes
+    more memory than the device has; used + reserved ≤ total; green partitions ≤ the device's SMs;
+    MPS clients ≤ ``max_clients`` and none while MPS is off; AMD partition modes the device has."""
+
     device_type: str = Field(min_length=1)
     uuid: str | None = None
     index: int | None = Field(default=None, ge=0)
