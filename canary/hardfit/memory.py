@@ -144,8 +144,8 @@ def hbm_balance(ctx: FitContext) -> HbmBalance:
     else:
         residents_term = EquationTerm(
             name="residents", sign="-", value=footprint_sum,
-            source="per resident the larger of declared peak (profile) and observed use "
-                   "(NVML nvmlDeviceGetComputeRunningProcesses usedGpuMemory)")
+            source=f"{_observed_source(snap.source)}+declared: per resident the larger of declared peak (profile) "
+                   "and observed use (NVML nvmlDeviceGetComputeRunningProcesses usedGpuMemory)")
     terms.append(residents_term)
 
     # Memory in use that no listed resident accounts for.
@@ -192,11 +192,10 @@ def hbm_balance(ctx: FitContext) -> HbmBalance:
 
 
 def _tag(src: str) -> str:
-    """The short form of a term's source for the table's source column (the detail has the rest)."""
-    for word in ("observed", "catalog", "policy", "file", "simulated", "declared", "unknown"):
-        if src.startswith(word):
-            return word
-    return src.split(" ")[0].rstrip(":")
+    """The short form of a term's source for the table's source column (the detail has the rest):
+    the words before the first colon or parenthesis, ``policy NAME`` shortened to ``policy``."""
+    head = src.split(":", 1)[0].split(" (", 1)[0].strip()
+    return "policy" if head.startswith("policy") else head
 
 
 _SOURCE_TERMS = ("total", "driver_reserve", "residents", "headroom")
@@ -223,7 +222,8 @@ def check_hbm(ctx: FitContext) -> list[Finding]:
     detail = "; ".join(
         f"{t.sign}{t.name} {format_bytes(t.value) if t.value is not None else 'unknown'} [{t.source}]"
         for t in balance.terms)
-    source = "+".join(dict.fromkeys(_tag(t.source) for t in balance.terms if t.name in _SOURCE_TERMS))
+    source = "+".join(dict.fromkeys(word for t in balance.terms if t.name in _SOURCE_TERMS
+                                    for word in _tag(t.source).split("+")))
     if unknown:
         if best_case is not None and demand > best_case:
             return [Finding(resource="hbm", demand=demand, available=best_case, unit="bytes", verdict="no",
