@@ -388,6 +388,14 @@ AMD_ROWS = [
 ]
 
 # ------------------------------------------------------------------------------------- unknowns
+def _persistent_without_grid() -> tuple[DeviceSnapshot, WorkloadProfile]:
+    s, c = beside("h100-sxm", kernel(32, 128), 1)
+    resident = s.residents[0]
+    assert resident.profile is not None
+    gridless = resident.profile.model_copy(update={"kernels": (kernel(32, 128, persistent=True, name="resident"),)})
+    return s.model_copy(update={"residents": (resident.model_copy(update={"profile": gridless}),)}), c
+
+
 UNCAT = uncatalogued_spec("NVIDIA H300 Prototype", "nvidia", memory_bytes=96 * GiB)
 UNKNOWN_ROWS = [
     row("unk-compute-mode", snap(compute_mode=None), cand(), "timeslice", "compute_mode", "unknown",
@@ -424,6 +432,15 @@ UNKNOWN_ROWS = [
                                                              pinned_memory_limit_bytes=40 * GiB), **MPS),
         cand(kernels=(kernel(32, 128),), latency_critical=True), "mps:50", "resident_kernels", "unknown",
         "a resident without a profile: its registers, shared memory and warps are unknown"),
+    row("unk-persistent-resident-without-grid", *_persistent_without_grid(), "mps:100", "resident_kernels", "unknown",
+        "a persistent kernel without grid_blocks: its blocks per SM are unknown"),
+    row("unk-candidate-without-kernels", beside("h100-sxm", kernel(32, 128), 1)[0], cand(latency_critical=True),
+        "mps:100", "candidate_kernels", "unknown", "a latency-critical candidate that declares no kernels"),
+    row("unk-mps-client-count", snap(mps=MpsState(running=True, clients=None, max_clients=48,
+                                                  pinned_memory_limit_bytes=40 * GiB), **MPS),
+        cand(), "mps:50", "mps_clients", "unknown", "how many MPS clients are connected is not reported"),
+    row("unk-total-uncatalogued", snap("NVIDIA H300 Prototype", total=None, source="nvml"), cand(), "timeslice",
+        "hbm", "unknown", "no observed total and no catalog entry: the equation has no left side", spec=UNCAT),
     row("unk-uncatalogued-launch", snap("NVIDIA H300 Prototype", total=96 * GiB, source="nvml"),
         cand(kernels=(kernel(32, 128),)), "timeslice", "candidate_kernels", "unknown",
         "not in the catalog: per-block limits unknown", spec=UNCAT),
