@@ -1,8 +1,8 @@
-"""Gavel's measured co-location throughputs (V100), as pairs with slowdowns.
+"""Gavel's measured co-location throughputs (V100, P100, or any GPU a file in its format names).
 
 Source: stanford-futuredata/gavel @ c4fa400 ``scheduler/physical_cluster_throughputs.json``
-(subset), stored at ``../shared/data/gavel/colocation_throughputs_v100_p100.json`` relative to the
-project root. Format: ``d[gpu]["('<job>', 1)"]["null"]`` is the isolated throughput (steps/s);
+(subset, MIT), carried inside the package at ``canary/sim/data/gavel/`` with its licence and
+provenance (``canary/sim/data/README.md``). Format: ``d[gpu]["('<job>', 1)"]["null"]`` is the isolated throughput (steps/s);
 ``d[gpu][A][B] = [throughput of A next to B, throughput of B next to A]``; ``[0, 0]`` marks an
 infeasible or failed pair. About 80 V100 entries equal the isolated value exactly (a clamp in the
 source): they mean "no measurable slowdown", not an exact zero, and are flagged ``clamped``.
@@ -17,16 +17,17 @@ from pathlib import Path
 
 from canary.errors import InputError
 
-GAVEL_RELATIVE_PATH = Path("shared") / "data" / "gavel" / "colocation_throughputs_v100_p100.json"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+GAVEL_FILE_NAME = "colocation_throughputs_v100_p100.json"
 
 
 class GavelDataMissing(InputError):
-    """The Gavel data file is not where it should be (``../shared/data`` from the project root)."""
+    """The Gavel data file is not where it was said to be."""
 
 
 @dataclass(frozen=True)
 class GavelPair:
-    """One unordered pair measured on one V100 (space sharing). Slowdown = isolated/colocated − 1."""
+    """One unordered pair measured on one GPU (both jobs on it at once). Slowdown = isolated/colocated − 1."""
 
     job_a: str
     job_b: str
@@ -45,7 +46,50 @@ def project_root() -> Path:
 
 
 def default_gavel_path() -> Path:
-    return project_root().parent / GAVEL_RELATIVE_PATH
+    """The Gavel subset shipped with the package."""
+    return DATA_DIR / "gavel" / GAVEL_FILE_NAME
+
+
+def _read(file: Path) -> dict[str, object]:
+    if not file.is_file():
+        raise GavelDataMissing(f"Gavel co-location data not found at {file}", file=str(file))
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read Gavel data: {exc}", file=str(file)) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object keyed by GPU name", file=str(file))
+    return data
+
+
+def gavel_gpus(path: str | Path | None = None) -> list[str]:
+    """The GPU names a Gavel-format file has a section for, sorted."""
+    file = Path(path) if path is not None else default_gavel_path()
+    return sorted(k for k, v in _read(file).items() if isinstance(v, dict))
+
+
+def load_isolated(path: str | Path | None = None, *, gpu: str = "v100") -> dict[str, float]:
+    """Each job's isolated throughput (steps/s) on ``gpu``, keyed by job name."""
+    file = Path(path) if path is not None else default_gavel_path()
+    table = _section(_read(file), file, gpu)
+    return {_job_name(key): _isolated(entry, file, gpu, key) for key, entry in table.items()}
+
+
+def _section(data: dict[str, object], file: Path, gpu: str) -> dict[str, object]:
+    table = data.get(gpu)
+    if not isinstance(table, dict):
+        have = ", ".join(sorted(k for k, v in data.items() if isinstance(v, dict))) or "none"
+        raise InputError(f"no '{gpu}' section (the file has: {have})", file=str(file), field=gpu)
+    return table
+
+
+def _isolated(entry: object, file: Path, gpu: str, key: str) -> float:
+    value = entry.get("null") if isinstance(entry, dict) else None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise InputError(
+            "expected a mapping with a positive isolated 'null' throughput", file=str(file), field=f"{gpu}.{key}"
+        )
+    return float(value)
 
 
 def _job_name(key: str) -> str:
@@ -66,34 +110,22 @@ def load_gavel_pairs(path: str | Path | None = None, *, gpu: str = "v100") -> li
     Gavel's format.
     """
     file = Path(path) if path is not None else default_gavel_path()
-    if not file.is_file():
-        raise GavelDataMissing(
-            f"Gavel co-location data not found at {file}; expected ../shared/data/{GAVEL_RELATIVE_PATH.relative_to('shared/data')} "
-            "relative to the project root",
-            file=str(file),
-        )
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read Gavel data: {exc}", file=str(file)) from None
-    if not isinstance(data, dict) or gpu not in data or not isinstance(data[gpu], dict):
-        raise InputError(f"no '{gpu}' section", file=str(file), field=gpu)
-    table = data[gpu]
-    isolated: dict[str, float] = {}
-    for key, entry in table.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("null"), int | float):
-            raise InputError(
-                "expected a mapping with an isolated 'null' throughput", file=str(file), field=f"{gpu}.{key}"
-            )
-        isolated[key] = float(entry["null"])
+    table = _section(_read(file), file, gpu)
+    isolated = {key: _isolated(entry, file, gpu, key) for key, entry in table.items()}
     pairs: list[GavelPair] = []
     keys = sorted(table)
     for i, a in enumerate(keys):
         for b in keys[i:]:
-            value = table[a].get(b)
+            entry = table[a]
+            assert isinstance(entry, dict)
+            value = entry.get(b)
             if value is None:
                 continue
-            if not (isinstance(value, list) and len(value) == 2):
+            if not (
+                isinstance(value, list)
+                and len(value) == 2
+                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+            ):
                 raise InputError(
                     "expected [throughput_a, throughput_b]", file=str(file), field=f"{gpu}.{a}.{b}"
                 )
