@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def _read(file: Path) -> dict[str, object]:
 
 
 def gavel_gpus(path: str | Path | None = None) -> list[str]:
-    """The GPU names a Gavel-format file has a section for, sorted."""
+    """The GPU names a Gavel-format file has a section for, sorted (Gavel's full file also has
+    variants such as ``v100_unconsolidated``; each is a section)."""
     file = Path(path) if path is not None else default_gavel_path()
     return sorted(k for k, v in _read(file).items() if isinstance(v, dict))
 
@@ -72,7 +74,12 @@ def load_isolated(path: str | Path | None = None, *, gpu: str = "v100") -> dict[
     """Each job's isolated throughput (steps/s) on ``gpu``, keyed by job name."""
     file = Path(path) if path is not None else default_gavel_path()
     table = _section(_read(file), file, gpu)
-    return {_job_name(key): _isolated(entry, file, gpu, key) for key, entry in table.items()}
+    out: dict[str, float] = {}
+    for key in _single_gpu_keys(table):
+        value = _isolated(table[key], file, gpu, key)
+        if value is not None:
+            out[_job_name(key)] = value
+    return out
 
 
 def _section(data: dict[str, object], file: Path, gpu: str) -> dict[str, object]:
@@ -83,24 +90,38 @@ def _section(data: dict[str, object], file: Path, gpu: str) -> dict[str, object]
     return table
 
 
-def _isolated(entry: object, file: Path, gpu: str, key: str) -> float:
+def _isolated(entry: object, file: Path, gpu: str, key: str) -> float | None:
+    """The isolated throughput; ``None`` where it is 0 (the job did not run alone on this GPU)."""
     value = entry.get("null") if isinstance(entry, dict) else None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 or not math.isfinite(value):
         raise InputError(
-            "expected a mapping with a positive isolated 'null' throughput", file=str(file), field=f"{gpu}.{key}"
+            "expected a mapping with a non-negative isolated 'null' throughput", file=str(file), field=f"{gpu}.{key}"
         )
-    return float(value)
+    return float(value) if value > 0 else None
+
+
+def _parse_key(key: str) -> tuple[str, int]:
+    """``"('ResNet-50 (batch size 16)', 1)"`` → ``("ResNet-50 (batch size 16)", 1)``; a key that is
+    not such a tuple is taken as a job name at scale factor 1."""
+    try:
+        value = ast.literal_eval(key)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return key, 1
+    if isinstance(value, tuple) and value and isinstance(value[0], str):
+        scale = value[1] if len(value) > 1 and isinstance(value[1], int) else 1
+        return value[0], scale
+    return key, 1
 
 
 def _job_name(key: str) -> str:
     """``"('ResNet-50 (batch size 16)', 1)"`` → ``"ResNet-50 (batch size 16)"``."""
-    try:
-        value = ast.literal_eval(key)
-    except (ValueError, SyntaxError):
-        return key
-    if isinstance(value, tuple) and value and isinstance(value[0], str):
-        return value[0]
-    return key
+    return _parse_key(key)[0]
+
+
+def _single_gpu_keys(table: dict[str, object]) -> list[str]:
+    """The keys of jobs on one GPU (scale factor 1): pairs were measured only there, and the
+    distributed entries (scale factor 2, 4, ...) of Gavel's full file would collide by name."""
+    return sorted(k for k in table if _parse_key(k)[1] == 1)
 
 
 def load_gavel_pairs(path: str | Path | None = None, *, gpu: str = "v100") -> list[GavelPair]:
@@ -111,9 +132,9 @@ def load_gavel_pairs(path: str | Path | None = None, *, gpu: str = "v100") -> li
     """
     file = Path(path) if path is not None else default_gavel_path()
     table = _section(_read(file), file, gpu)
-    isolated = {key: _isolated(entry, file, gpu, key) for key, entry in table.items()}
+    keys = _single_gpu_keys(table)
+    isolated = {key: _isolated(table[key], file, gpu, key) for key in keys}
     pairs: list[GavelPair] = []
-    keys = sorted(table)
     for i, a in enumerate(keys):
         for b in keys[i:]:
             entry = table[a]
@@ -124,15 +145,15 @@ def load_gavel_pairs(path: str | Path | None = None, *, gpu: str = "v100") -> li
             if not (
                 isinstance(value, list)
                 and len(value) == 2
-                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+                and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value)
             ):
                 raise InputError(
                     "expected [throughput_a, throughput_b]", file=str(file), field=f"{gpu}.{a}.{b}"
                 )
             ta, tb = float(value[0]), float(value[1])
-            if ta <= 0 or tb <= 0:
-                continue  # [0, 0]: infeasible or failed in the source
             ia, ib = isolated[a], isolated[b]
+            if ta <= 0 or tb <= 0 or ia is None or ib is None:
+                continue  # [0, 0]: infeasible or failed in the source; or a job that never ran alone
             pairs.append(
                 GavelPair(
                     job_a=_job_name(a),
