@@ -40,6 +40,7 @@ from canary.sim.calibration import (
 )
 from canary.sim.gavel import GavelDataMissing, default_gavel_path, gavel_gpus, load_gavel_pairs
 from canary.sim.gavel_fit import (
+    DIAGNOSTIC_GRID,
     DeviceData,
     Score,
     baselines,
@@ -47,6 +48,9 @@ from canary.sim.gavel_fit import (
     leave_one_device_out,
     load_device,
     score_values,
+)
+from canary.sim.gavel_fit import (
+    fit as fit_pair_model,
 )
 from canary.sim.params import CALIBRATED, GAVEL_PAIR_PARAMS
 
@@ -135,6 +139,12 @@ def pair_model_section() -> int:
     for r in rounds:
         dev = devices[r.held_out]
         account(dev, dev.predicted_pct(r.params))
+    print()
+    print("== Diagnostic: each device fitted alone, host_serialization free (in-sample) ==")
+    for g, dev in devices.items():
+        alone, _ = fit_pair_model([dev], grid=DIAGNOSTIC_GRID)
+        print(f"  {g}: {alone}")
+        print(_row(score_values("model (in-sample)", dev.predicted_pct(alone), dev.measured_pct)))
     return 0
 
 

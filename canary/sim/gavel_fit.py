@@ -31,11 +31,16 @@ GRID: dict[str, tuple[float, ...]] = {
     "host_contention": (0.0, 0.5, 1.0, 2.0, 4.0),
     "overlap": (0.0, 0.25, 0.5),
 }
+# ``host_serialization`` stays at 1 in the fit: Gavel's dispatcher pins both processes of a pair to
+# the same CPU list, so their host phases share CPUs. The diagnostic grid below lets a device pick
+# it (docs/simulator.md: V100's pairs prefer 0, P100's 0.9 — a property of the host machines).
+DIAGNOSTIC_GRID: dict[str, tuple[float, ...]] = {**GRID, "host_serialization": (0.0, 0.5, 1.0)}
 BOUNDS: dict[str, tuple[float, float]] = {
     "timeslice_ms": (0.5, 500.0),
     "context_switch_us": (0.0, 20000.0),
     "host_contention": (0.0, 10.0),
     "overlap": (0.0, 0.9),
+    "host_serialization": (0.0, 1.0),
 }
 
 
@@ -105,14 +110,21 @@ def loss(params: PairModelParams, devices: Sequence[DeviceData]) -> float:
     return total / len(devices)
 
 
-def fit(devices: Sequence[DeviceData], *, refine_rounds: int = 3) -> tuple[PairModelParams, float]:
-    """The parameters minimising :func:`loss` on ``devices``: grid, then coordinate refinement
-    (each parameter tried at ×/÷ a shrinking step, inside ``BOUNDS``). Deterministic."""
+def fit(
+    devices: Sequence[DeviceData],
+    *,
+    grid: dict[str, tuple[float, ...]] | None = None,
+    refine_rounds: int = 3,
+) -> tuple[PairModelParams, float]:
+    """The parameters minimising :func:`loss` on ``devices``: ``grid`` (default ``GRID``), then
+    coordinate refinement of the grid's parameters (each tried at ×/÷ a shrinking step, inside
+    ``BOUNDS``). Deterministic."""
     if not devices or not any(d.pairs for d in devices):
         raise ValueError("no pairs to fit on")
-    names = list(GRID)
+    grid = GRID if grid is None else grid
+    names = list(grid)
     best: tuple[float, PairModelParams] | None = None
-    for values in itertools.product(*(GRID[n] for n in names)):
+    for values in itertools.product(*(grid[n] for n in names)):
         params = PairModelParams(**dict(zip(names, values, strict=True)))
         value = loss(params, devices)
         if best is None or value < best[0] - 1e-12:
@@ -127,7 +139,7 @@ def fit(devices: Sequence[DeviceData], *, refine_rounds: int = 3) -> tuple[PairM
                 x = current[name]
                 lo, hi = BOUNDS[name]
                 candidates: tuple[float, ...]
-                if name == "overlap":
+                if name in ("overlap", "host_serialization"):
                     candidates = (x - step / 2, x + step / 2)
                 else:
                     candidates = (x * (1 - step), x * (1 + step)) if x > 0 else (step * (hi - lo) / 100,)

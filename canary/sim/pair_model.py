@@ -3,22 +3,27 @@
 Gavel ran its co-located pairs as two separate processes on one GPU, without MPS (see
 docs/simulator.md, "How Gavel ran its pairs"): the driver time-slices their contexts. This module
 is the steady state of that regime for two training loops, in closed form, so that it can be
-fitted on a 2-core machine in about a second and scored on any GPU named in a Gavel-format file.
+fitted on a 2-core machine in seconds and scored on any GPU named in a Gavel-format file.
 
 A job is a loop of steps: ``host_ms`` of CPU work (data loading, Python, launches that wait) then
 ``gpu_ms`` of GPU work. ``host_ms`` is a property of the job and the host, held fixed across GPUs
-(``HOST_MS``); ``gpu_ms`` on a device is the isolated step time measured *on that device* minus
+(:func:`host_ms_of`); ``gpu_ms`` on a device is the isolated step time measured *on that device* minus
 ``host_ms`` (:func:`device_jobs`). Nothing else about the device enters: under time slicing a
 context has the whole device while it runs, so SM counts and bandwidth are already inside the
 isolated step time.
 
-One *round* of time slicing gives each job one chunk of the GPU, ``min(gpu_ms, slice)``:
+One *round* of time slicing gives each job one chunk of the GPU, ``a = min(g_a, slice)`` and
+``b = min(g_b, slice)``; a job's host work per round is ``h_a' = H_a·a/g_a`` in the fluid limit
+(once per step, a step spanning ``g_a/a`` rounds). The GPU side of A's round is
+``gpu_a = a + (1 − overlap)·b + 2·switch``. Host phases either serialize (one CPU set: each job's
+host work that does not hide behind the other's chunk adds to the round) or overlap (independent
+CPUs: the round is the longer of the two jobs' own cycles):
 
-    round = a + (1 − overlap)·b + 2·switch + max(0, H_a·a/g_a − b) + max(0, H_b·b/g_b − a)
+    serial_a  = gpu_a + max(0, h_a' − b) + max(0, h_b' − a)
+    overlap_a = max(a + h_a', b + h_b', gpu_a)
+    round_a   = s·serial_a + (1 − s)·overlap_a          (s = host_serialization)
 
-with ``a = min(g_a, slice)``, ``b = min(g_b, slice)``. A job's host gap (``H·a/g`` per round in the
-fluid limit) hides behind the other's chunk and costs the round only where it is longer. The
-job's throughput is ``(a/g_a)/round`` steps/s, so its slowdown is ``round·g_a/(a·T_a) − 1``.
+A's throughput is ``(a/g_a)/round_a`` steps/s, so its slowdown is ``round_a·g_a/(a·T_a) − 1``.
 
 Mechanisms, each with its parameter (``PairModelParams``) and why the data needs it:
 
@@ -32,6 +37,13 @@ Mechanisms, each with its parameter (``PairModelParams``) and why the data needs
   ``1 + host_contention × (the other's host fraction)``.
 - ``overlap`` — the fraction of the co-runner's chunk that the job still progresses through
   (0 = strict time slicing; > 0 reads as concurrency, e.g. copy engines or MPS).
+- ``host_serialization`` — how far the two jobs' host phases exclude each other. Held at 1 in the
+  fit (Gavel pinned both processes to one CPU list); a diagnostic fit per device is in
+  docs/simulator.md.
+
+Not modelled, and why: launch serialization and L2/DRAM interference between concurrent kernels
+need kernels of the two jobs to run at the same time, which time slicing does not allow; what a
+switch costs in cold caches is inside ``context_switch_us``.
 """
 
 from __future__ import annotations
@@ -42,8 +54,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-# A job's host time per step (ms), held fixed across GPUs. From the basis of each number in
-# canary.sim.gavel_profiles (V100 isolated step time x (1 - GPU duty cycle)); see HOST_BASIS.
+# Host time of a job type canary has no profile of, as a fraction of its isolated step: the median
+# host fraction of the 26 profiled Gavel job types on V100 is 0.10 (canary.sim.gavel_profiles).
 HOST_FRACTION_UNKNOWN = 0.1
 # Every step launches kernels and waits for some: the GPU part of a step is never below this
 # fraction of the isolated step, even where the fixed host time exceeds a faster host's step.
@@ -58,6 +70,7 @@ class PairModelParams:
     context_switch_us: float
     host_contention: float
     overlap: float
+    host_serialization: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.timeslice_ms > 0:
@@ -66,6 +79,8 @@ class PairModelParams:
             raise ValueError("context_switch_us and host_contention must be >= 0")
         if not 0.0 <= self.overlap < 1.0:
             raise ValueError("overlap must be within [0, 1)")
+        if not 0.0 <= self.host_serialization <= 1.0:
+            raise ValueError("host_serialization must be within [0, 1]")
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self)}
@@ -139,9 +154,15 @@ def predict_slowdowns(
     a = np.minimum(ga, params.timeslice_ms)
     b = np.minimum(gb, params.timeslice_ms)
     switch = 2.0 * params.context_switch_us / 1000.0
-    idle = np.maximum(0.0, ha * a / ga - b) + np.maximum(0.0, hb * b / gb - a)
-    round_a = a + (1.0 - params.overlap) * b + switch + idle
-    round_b = b + (1.0 - params.overlap) * a + switch + idle
+    host_a, host_b = ha * a / ga, hb * b / gb
+    gpu_a = a + (1.0 - params.overlap) * b + switch
+    gpu_b = b + (1.0 - params.overlap) * a + switch
+    # Host phases that overlap each other (independent CPUs) vs ones that serialize (one CPU set).
+    serial = np.maximum(0.0, host_a - b) + np.maximum(0.0, host_b - a)
+    cycles = np.maximum(a + host_a, b + host_b)
+    s = params.host_serialization
+    round_a = s * (gpu_a + serial) + (1.0 - s) * np.maximum(cycles, gpu_a)
+    round_b = s * (gpu_b + serial) + (1.0 - s) * np.maximum(cycles, gpu_b)
     return round_a * ga / (a * step_a_ms) - 1.0, round_b * gb / (b * step_b_ms) - 1.0
 
 
