@@ -146,7 +146,7 @@ def calibrate(data: str, gpu: str, *, no_fit: bool = False) -> dict[str, Any]:
         "by_family": {
             f: {"points": n, "median_abs_error_pct": round(e, 3)} for f, (n, e) in by_family(device, predicted).items()
         },
-        "assumptions": [*device.assumptions, *notes],
+        "assumptions": [*device.assumptions, *(a for d in trainable for a in d.assumptions), *notes],
     }
 
 

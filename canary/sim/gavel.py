@@ -82,6 +82,14 @@ def load_isolated(path: str | Path | None = None, *, gpu: str = "v100") -> dict[
     return out
 
 
+def jobs_never_alone(path: str | Path | None = None, *, gpu: str = "v100") -> list[str]:
+    """Jobs of ``gpu`` whose isolated throughput is 0 (they never ran alone there): their pairs are
+    skipped, like ``[0, 0]`` pairs."""
+    file = Path(path) if path is not None else default_gavel_path()
+    table = _section(_read(file), file, gpu)
+    return [_job_name(k) for k in _single_gpu_keys(table) if _isolated(table[k], file, gpu, k) is None]
+
+
 def _section(data: dict[str, object], file: Path, gpu: str) -> dict[str, object]:
     table = data.get(gpu)
     if not isinstance(table, dict):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from canary.sim.calibration import spearman
-from canary.sim.gavel import GavelPair, gavel_gpus, load_gavel_pairs, load_isolated
+from canary.sim.gavel import GavelPair, gavel_gpus, jobs_never_alone, load_gavel_pairs, load_isolated
 from canary.sim.pair_model import DeviceJob, PairModelParams, device_jobs, family, log_error, predict_pairs
 
 RANK_WEIGHT = 0.5
@@ -85,7 +85,8 @@ class Score:
 def load_device(path: str | Path | None, gpu: str) -> DeviceData:
     pairs = load_gavel_pairs(path, gpu=gpu)
     jobs, assumptions = device_jobs(load_isolated(path, gpu=gpu))
-    return DeviceData(gpu, tuple(pairs), jobs, tuple(assumptions))
+    assumptions += [f"{name}: isolated throughput 0 on {gpu}; its pairs skipped" for name in jobs_never_alone(path, gpu=gpu)]
+    return DeviceData(gpu, tuple(pairs), jobs, tuple(f"{gpu}: {a}" for a in assumptions))
 
 
 def score_values(label: str, predicted: np.ndarray, measured: np.ndarray) -> Score:
