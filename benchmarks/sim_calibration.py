@@ -117,7 +117,8 @@ def pair_model_section() -> int:
         for b in r.baselines:
             print(_row(b, best))
         gain = 1.0 - r.model.median_abs_error_pct / best.median_abs_error_pct
-        print(f"  model vs best baseline: {gain * 100:+.1f}% lower median error (target >= 20%, <= 25 pp, rho >= 0.6)")
+        verdict = f"{gain * 100:.1f}% lower" if gain >= 0 else f"{-gain * 100:.1f}% higher"
+        print(f"  model vs best baseline: {verdict} median error (target: >= 20% lower, <= 25 pp, rho >= 0.6)")
         for fam, (points, err) in r.by_family.items():
             print(f"    {fam:<16} points={points:>4}  median|err|={err:7.1f} pp")
     print()
