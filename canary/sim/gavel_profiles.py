@@ -10,7 +10,7 @@ numbers per job besides its measured step time:
 - ``dram_intensity``: time fraction spent in memory-bound kernels;
 - ``kernel_time_us``: mean kernel duration (busy time per step / kernels per step).
 
-**Grounded** numbers come from ``../shared/data/orion-kernels`` (per-kernel V100 traces of the same
+**Grounded** numbers come from ``canary/sim/data/orion-kernels`` (per-kernel V100 traces of the same
 model: columns ``Profile`` 1 = compute-bound, 0 = memory-bound, −1 = unclassified; ``SM_usage`` =
 SMs the grid needs; ``Duration`` in ns) and from Gavel's isolated step times. **Declared** numbers
 (no kernel trace of that model exists in the data) are estimates from the model's architecture,
