@@ -145,11 +145,15 @@ def load_gavel_pairs(path: str | Path | None = None, *, gpu: str = "v100") -> li
     pairs: list[GavelPair] = []
     for i, a in enumerate(keys):
         for b in keys[i:]:
-            entry = table[a]
-            assert isinstance(entry, dict)
+            entry, other = table[a], table[b]
+            assert isinstance(entry, dict) and isinstance(other, dict)
             value = entry.get(b)
             if value is None:
-                continue
+                # Written only the other way round: [throughput of B, throughput of A].
+                reverse = other.get(a)
+                if not (isinstance(reverse, list) and len(reverse) == 2):
+                    continue
+                value = [reverse[1], reverse[0]]
             if not (
                 isinstance(value, list)
                 and len(value) == 2

@@ -206,3 +206,15 @@ def test_event_simulator_under_the_calibrated_regime_agrees_with_the_pair_model(
         sa, sb = simulate_pair(events[a], events[b], chosen.contention, seed=i, regime=chosen.regime, spec_name="p100")
         assert abs(np.log((1 + sa / 100) / (1 + pa[i] / 100))) < np.log(1.2), (a, b, sa, pa[i])
         assert abs(np.log((1 + sb / 100) / (1 + pb[i] / 100))) < np.log(1.2), (a, b, sb, pb[i])
+
+
+def test_a_pair_written_one_way_round_is_read(tmp_path: Path) -> None:
+    one_way = tmp_path / "one_way.json"
+    one_way.write_text(
+        json.dumps({"g": {"('A', 1)": {"null": 10.0}, "('B', 1)": {"null": 20.0, "('A', 1)": [5.0, 4.0]}}})
+    )
+    (pair,) = load_gavel_pairs(one_way, gpu="g")
+    assert (pair.job_a, pair.job_b) == ("A", "B")
+    # B ran at 5 beside A (isolated 20: 300%), A at 4 beside B (isolated 10: 150%).
+    assert pair.slowdown_a_pct == pytest.approx(150.0)
+    assert pair.slowdown_b_pct == pytest.approx(300.0)
