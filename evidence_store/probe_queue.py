@@ -128,11 +128,15 @@ def claim_next(
     devices: Collection[str] | None = None,
     exclude: Collection[str] | None = None,
     scan: int = 32,
+    clock: Callable[[], datetime] | None = None,
 ) -> ProbeTicket | None:
-    """Lease the oldest queued probe whose device is idle; ``None`` when there is none."""
+    """Lease the oldest queued probe whose device is idle; ``None`` when there is none.
+
+    With ``clock``, the start time is read from it after the busy devices were read — that is, after
+    the probe that last held the device committed its end — so recorded runs of one device never
+    appear to overlap (``now`` read before waiting for the store's lock could be earlier)."""
     if not lease_s > 0:
         raise InputError(f"must be positive, got {lease_s}", field="lease_s")
-    now = to_utc(now)
     query = select(ServeProbe).where(ServeProbe.state == "queued")
     if devices is not None:
         query = query.where(ServeProbe.device_id.in_(list(devices)))
@@ -140,6 +144,7 @@ def claim_next(
         query = query.where(ServeProbe.device_id.not_in(list(exclude)))
     query = query.order_by(ServeProbe.created_at, ServeProbe.id).limit(scan).with_for_update(skip_locked=True)
     busy = _busy_devices(session)
+    now = to_utc(clock() if clock is not None else now)
     for row in session.scalars(query).all():
         if row.device_id in busy:
             continue

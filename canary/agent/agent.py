@@ -117,7 +117,7 @@ class Agent:
                 if agent.draining or not agent.device_ids:
                     return None
                 return probe_queue.claim_next(session, owner=self.owner, lease_s=self.config.probe_lease_s,
-                                              now=utcnow(), devices=sorted(agent.device_ids))
+                                              now=utcnow(), clock=utcnow, devices=sorted(agent.device_ids))
 
         self.runner = AgentRunner(engine, runner_config, Metrics())
         self.runner.owner = self.owner

@@ -202,7 +202,7 @@ class ProbeRunner:
         from evidence_store import fleet
 
         return probe_queue.claim_next(session, owner=self.owner, lease_s=self.config.probe_lease_s, now=utcnow(),
-                                      exclude=fleet.agent_device_ids(session))
+                                      clock=utcnow, exclude=fleet.agent_device_ids(session))
 
     async def _heartbeat(self, probe_id: str, scope: anyio.CancelScope, lost: list[str]) -> None:
         while True:
