@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError
@@ -26,6 +26,24 @@ from evidence_store.schemas import to_utc
 from evidence_store.serve_models import ServeProbe
 
 AGENT_REF_PREFIX = "agent:"
+NOTIFY_CHANNEL = "canary_probe_queued"
+"""PostgreSQL channel: a new probe's ``device_id`` is announced on it when its transaction commits, so the
+agent that owns the device claims it at once instead of at its next poll (SQLite: agents poll)."""
+
+
+def notify_queued(session: Session, device_id: str) -> None:
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_notify(:channel, :device)"), {"channel": NOTIFY_CHANNEL, "device": device_id})
+
+
+def submit_and_notify(session: Session, **kwargs: Any) -> tuple[ProbeTicket, bool]:
+    """``probe_queue.submit`` that announces a newly queued probe to the agents."""
+    from evidence_store import probe_queue
+
+    ticket, joined = probe_queue.submit(session, **kwargs)
+    if not joined:
+        notify_queued(session, ticket.device_id)
+    return ticket, joined
 
 
 def agent_ref(node: str, name: str) -> str:

@@ -14,6 +14,7 @@ that claims only this node's probes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -80,8 +81,8 @@ def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, po
         logged.update({"driver_version": new_driver, "uuid": own_uuid, "taken_at": pub.taken_at.isoformat()})
         request_json = {**hot.request_json, "device": {"kind": "published", "ref": pub.ref, "snapshot": logged},
                         "reserve": False, "seed": int(hot.request_json.get("seed", 0))}
-        ticket, joined = probe_queue.submit(session, digest=hot.pair_digest, device_id=pub.device_id,
-                                            request_json=request_json, now=now)
+        ticket, joined = fleet.submit_and_notify(session, digest=hot.pair_digest, device_id=pub.device_id,
+                                                 request_json=request_json, now=now)
         probes.append({"probe_id": ticket.id, "pair_digest": hot.pair_digest, "key_digests": list(hot.key_digests),
                        "label": hot.label, "requests": hot.requests, "joined": joined,
                        "device_id": ticket.device_id})
@@ -90,6 +91,11 @@ def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, po
                                   old_driver=old_driver, new_driver=new_driver, stale_marked=stale, budget=budget,
                                   probes=probes, now=now, note=note)
     return DriftOutcome(event_id, stale, probes)
+
+
+def _wait_notify(conn: Any) -> list[str]:
+    """The next notification's payload, or none within a second (so cancellation is noticed)."""
+    return [n.payload for n in conn.notifies(timeout=1.0, stop_after=1)]
 
 
 class Agent:
@@ -165,6 +171,8 @@ class Agent:
             await anyio.to_thread.run_sync(self.heartbeat)
             tg.start_soon(self.runner.serve)
             tg.start_soon(self._beat)
+            if self.engine.dialect.name == "postgresql":
+                tg.start_soon(self._listen)
             if stop is not None:
                 await stop.wait()
                 tg.cancel_scope.cancel()
@@ -179,3 +187,30 @@ class Agent:
                 continue
             if drifts:
                 self.runner.wake()
+
+    async def _listen(self) -> None:
+        """PostgreSQL: wake the probe runner as soon as a probe is queued for one of this node's devices
+        (``LISTEN``; the service and revalidation ``NOTIFY`` when they queue one). Polling stays the
+        fallback: a lost connection only delays claims to the runner's next poll."""
+        import psycopg
+
+        conninfo = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while True:
+            conn: Any = None
+            try:
+                conn = await anyio.to_thread.run_sync(
+                    lambda: psycopg.connect(conninfo, autocommit=True, connect_timeout=5))
+                conn.execute(f"LISTEN {fleet.NOTIFY_CHANNEL}")
+                while True:
+                    payloads = await anyio.to_thread.run_sync(_wait_notify, conn, abandon_on_cancel=True)
+                    if any(p in self.device_ids for p in payloads):
+                        self.runner.wake()
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                log.warning("probe notifications unavailable (polling meanwhile): %s", exc)
+                await anyio.sleep(self.config.heartbeat_s)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()

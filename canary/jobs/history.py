@@ -91,7 +91,7 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                             progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
     from canary.admission import admit_async, utcnow
     from canary.serve.resolve import from_request_json
-    from evidence_store import fleet, probe_queue
+    from evidence_store import fleet
     from evidence_store.engine import session_scope
 
     with session_scope(engine) as session:
@@ -120,8 +120,9 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                         if progress is not None:
                             progress(outcome, len(plan))
                         continue
-                    ticket, joined = probe_queue.submit(session, digest=entry.pair_digest, device_id=pub.device_id,
-                                                        request_json=request_json, now=utcnow())
+                    ticket, joined = fleet.submit_and_notify(session, digest=entry.pair_digest,
+                                                             device_id=pub.device_id, request_json=request_json,
+                                                             now=utcnow())
                     outcome = PairOutcome(index, entry.label, "queued", f"queued for {ref}'s agent as probe "
                                           f"{ticket.id}" + (" (joined a live probe)" if joined else ""))
         elif time.monotonic() >= deadline:

@@ -395,7 +395,9 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
                 return cert
             except ProbeDeferred as deferred:
                 digest = probe_queue.pair_digest(deferred.keys)
-            submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: probe_queue.submit(
+            from evidence_store.fleet import submit_and_notify  # announces it to a node agent (PostgreSQL)
+
+            submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: submit_and_notify(
                 s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow()))
             log_admission(svc, resolved, "probe")
             return submitted
