@@ -38,7 +38,7 @@ def _publish(url: str, node: str, doc: dict[str, Any], *, age_s: float = 0.0) ->
 
 
 def _idle(uid: str) -> dict[str, Any]:
-    return snapshot_doc(uuid=uid, residents=[], memory_used_bytes=1 << 30, mps={"running": False})
+    return snapshot_doc(uuid=uid, residents=[], memory_used_bytes=0, mps={"running": False})  # nothing runs
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
