@@ -703,8 +703,10 @@ def record_feedback(
     db_url: str | None,
     observed_slowdown_pct: float | None,
     now: dt.datetime,
+    engine: Any = None,
 ) -> str:
-    """Record a production SLO violation for an admitted pair; it outweighs earlier passes."""
+    """Record a production SLO violation for an admitted pair; it outweighs earlier passes.
+    ``engine``: the caller's open store (the service's), instead of opening one from ``db_url``."""
     import uuid
 
     from evidence_store import repository
@@ -718,7 +720,8 @@ def record_feedback(
     key = pair_key(req, resident)
     if key is None:
         raise InputError(f"resident {resident_name!r} has no profile, so no pair key", field="--resident-name")
-    engine = open_store_for_writing(db_url)
+    if engine is None:
+        engine = open_store_for_writing(db_url)
     rec = EvidenceIn(
         probe_id=f"feedback-{uuid.uuid4()}", key=key, driver_version=req.snapshot.driver_version,
         cuda_version=req.snapshot.cuda_driver_version, device_uuid=req.snapshot.uuid, source="production",
