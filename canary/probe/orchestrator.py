@@ -170,6 +170,12 @@ class ProbeResult:
             "slowdown_interval_pct": interval,
             "confidence": self.confidence,
             "simulated": self.simulated,
+            "decided_by_rule": self.judgment.rule if self.judgment else None,
+            "slowdown_estimand": (
+                "ratio of the resident's mean latency with the candidate to without, minus 1"
+                if self.budget.window_statistic == "mean"
+                else "ratio of the resident's window-median latency with the candidate to without, minus 1"
+            ),
             "budget": {
                 k: v for k, v in self.budget.model_dump().items() if isinstance(v, int | float | bool)
             },
@@ -186,7 +192,6 @@ class ProbeResult:
         data["wall_time_s"] = self.wall_time_s
         data["judgment_label"] = self.judgment.label if self.judgment else None
         data["judgment_reason"] = self.judgment.reason if self.judgment else None
-        data["decided_by_rule"] = self.judgment.rule if self.judgment else None
         return data
 
 
@@ -207,6 +212,7 @@ class _Run:
     slo_latency_p99_ms: float | None
     lease_s: float
     rollback_grace_s: float
+    schedule_seed: int
     settings: JudgeSettings = field(init=False)
     state: ProbeState | None = None
     transitions: list[Transition] = field(default_factory=list)
@@ -368,7 +374,7 @@ class _Run:
         await self.executor.start()
         self.go("PROBING", "candidate started")
         window_s = self.budget.sampling_window_s
-        seed = zlib.crc32(self.probe_id.encode())
+        seed = self.schedule_seed
         index = 0
         while True:
             pair_order, pair_s = pair_schedule(seed, index, window_s)
@@ -593,8 +599,12 @@ async def run_probe(
     slo_latency_p99_ms: float | None = None,
     lease_s: float = DEFAULT_LEASE_S,
     rollback_grace_s: float = ROLLBACK_GRACE_S,
+    schedule_seed: int | None = None,
 ) -> ProbeResult:
     """Run one bounded probe and return its result; the candidate is always rolled back.
+
+    ``schedule_seed`` seeds the random pair order and window lengths (default: from ``probe_id``);
+    a simulated probe passes its simulator seed so that a seeded run is reproducible.
 
     Raises :class:`RollbackFailed` (a ``ProbeError``, exit 4) when the candidate could not be proven
     gone; cancellation and ``KeyboardInterrupt`` propagate after a shielded rollback."""
@@ -614,5 +624,6 @@ async def run_probe(
         slo_latency_p99_ms=slo_latency_p99_ms,
         lease_s=lease_s,
         rollback_grace_s=rollback_grace_s,
+        schedule_seed=schedule_seed if schedule_seed is not None else zlib.crc32(probe_id.encode()),
     )
     return await run.execute()

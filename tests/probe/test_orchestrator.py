@@ -258,7 +258,7 @@ def test_an_illegal_transition_is_refused() -> None:
     from canary.probe.orchestrator import InvalidTransition
 
     bench = Bench()
-    run = _Run("x", budget(), FakeExecutor(bench), FakeMonitor(bench), None, {}, "me", None, None, 10.0, 1.0)
+    run = _Run("x", budget(), FakeExecutor(bench), FakeMonitor(bench), None, {}, "me", None, None, 10.0, 1.0, 0)
     run.go("PENDING", "")
     with pytest.raises(InvalidTransition):
         run.go("DECIDED", "skipping the probe")
