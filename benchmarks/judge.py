@@ -1,6 +1,7 @@
 """The sequential judge against fixed-horizon and uncorrected tests, on stress families of window data.
 
-    python benchmarks/judge.py [--trials 1000] [--seed 0] [--workers 1] [--json PATH] [--families a,b]
+    python benchmarks/judge.py [--trials 1000] [--seed 0] [--workers 1] [--json PATH] [--plot PNG]
+                               [--families a,b] [--horizon 120]
 
 Every trial is one probe, generated window by window the way the orchestrator measures it: a 2 s
 baseline window of the resident alone, then up to ``HORIZON`` pairs of canary-off / canary-on windows
@@ -470,6 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="processes (families run in parallel)")
     parser.add_argument("--families", default="", help="comma-separated substrings of family names")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--plot", type=Path, default=None, help="draw false admits and exposure per family here")
     args = parser.parse_args(argv)
     if args.trials < 10 or args.horizon < MIN_PAIRS:
         parser.error("--trials must be >= 10 and --horizon >= 3")
@@ -535,7 +537,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             "wall_s": elapsed,
         }
         args.json.write_text(json.dumps(doc, indent=1, default=float))
+    if args.plot is not None:
+        plot(results, alpha, args.plot, args.trials)
     return 0
+
+
+def plot(results: Sequence[dict[str, Any]], alpha: float, path: Path, trials: int) -> None:
+    """Two panels: false-admit rate per family at or beyond the bound (±2 SE), per method, against
+    alpha; and median exposure per decided trial on the clear and moderate families."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = ["sequential", "fixed-horizon", "every-pair uncorrected", "Kayenta MW (differs from baseline)"]
+    colours = {"sequential": "tab:green", "fixed-horizon": "tab:blue", "every-pair uncorrected": "tab:orange",
+               "Kayenta MW (differs from baseline)": "tab:red"}
+    unsafe = [r for r in results if r["methods"]["sequential"]["false_admit"] is not None]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(16, 8), gridspec_kw={"width_ratios": [3, 1]})
+    y = np.arange(len(unsafe))
+    for k, m in enumerate(methods):
+        fa = np.array([r["methods"][m]["false_admit"] for r in unsafe])
+        se = np.array([r["methods"][m]["false_admit_se"] for r in unsafe])
+        ax1.errorbar(fa, y + (k - 1.5) * 0.18, xerr=2 * se, fmt="o", ms=4, color=colours[m], label=m)
+    ax1.axvline(alpha, color="k", ls="--", lw=1, label=f"alpha = {alpha:g}")
+    ax1.set_xscale("symlog", linthresh=0.02)
+    ax1.set_yticks(y, [r["family"]["name"] for r in unsafe], fontsize=8)
+    ax1.invert_yaxis()
+    ax1.set_xlabel("false-admit rate (safe verdicts with truth >= bound), ±2 SE")
+    ax1.legend(fontsize=8, loc="lower right")
+    ax1.set_title(f"false admits per family ({trials} trials each)")
+    clear = [r for r in results if r["family"]["group"] in ("clear", "moderate")]
+    yc = np.arange(len(clear))
+    for k, m in enumerate(["sequential", "fixed-horizon"]):
+        ex = [r["methods"][m]["median_exposure_decided"] or 0 for r in clear]
+        ax2.barh(yc + (k - 0.5) * 0.4, ex, height=0.4, color=colours[m], label=m)
+    ax2.set_yticks(yc, [r["family"]["name"] for r in clear], fontsize=8)
+    ax2.invert_yaxis()
+    ax2.set_xlabel("median candidate requests per decided trial")
+    ax2.legend(fontsize=8)
+    ax2.set_title("exposure")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

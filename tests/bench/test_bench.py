@@ -215,3 +215,22 @@ def test_bad_seed_is_bad_input(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
     assert proc.returncode == 2
     assert "--seed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_coresidency_truth_comes_from_the_compiled_reference_table() -> None:
+    """The hard-sm truth is NVIDIA's calculator's, read from the precomputed table, and the table
+    is what the calculator gives today (when it can be built here)."""
+    from canary.bench.coresidency_table import compute, load
+    from canary.bench.scenarios import _hard_fit
+    from canary.bench.truth import ground_truth
+    from canary.policy import load_policy
+    from tests.harness.occupancy_reference import missing_reason
+
+    table = load()["scenarios"]
+    for sc in _hard_fit():
+        if sc.family != "hard-sm":
+            continue
+        truth = ground_truth(sc, load_policy("default"), seed=0)
+        assert truth.resource == table[sc.id]["resource"] and "cuda_occupancy.h" in truth.detail
+    if missing_reason() is None:
+        assert compute()["scenarios"] == table
