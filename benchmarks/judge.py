@@ -562,10 +562,11 @@ def plot(results: Sequence[dict[str, Any]], alpha: float, path: Path, trials: in
         ax1.errorbar(fa, y + (k - 1.5) * 0.18, xerr=2 * se, fmt="o", ms=4, color=colours[m], label=m)
     ax1.axvline(alpha, color="k", ls="--", lw=1, label=f"alpha = {alpha:g}")
     ax1.set_xscale("symlog", linthresh=0.02)
+    ax1.set_xlim(0.0, 1.05)
     ax1.set_yticks(y, [r["family"]["name"] for r in unsafe], fontsize=8)
     ax1.invert_yaxis()
     ax1.set_xlabel("false-admit rate (safe verdicts with truth >= bound), ±2 SE")
-    ax1.legend(fontsize=8, loc="lower right")
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
     ax1.set_title(f"false admits per family ({trials} trials each)")
     clear = [r for r in results if r["family"]["group"] in ("clear", "moderate")]
     yc = np.arange(len(clear))
