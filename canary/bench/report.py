@@ -163,7 +163,8 @@ def render_markdown(doc: dict[str, Any], *, command: str) -> str:
       f"{n} scenarios · policy `{doc['policy']}` · wall clock {doc['wall_total_s']:.1f} s\n")
     w("**What is simulated and what is measured.** Ground truth of every family except `gavel` comes from the "
       "simulator (`canary.sim`) with full knowledge, or — for hard-fit misfits — from the physical rules "
-      "(compute mode, MIG placement table, the simulator's memory and occupancy-rule residency). `gavel` "
+      "(compute mode, MIG placement table, the simulator's memory check; SM co-residency of `hard-sm` from "
+      "NVIDIA's compiled occupancy calculator, precomputed). `gavel` "
       "pairs are judged on Gavel's *measured* V100 co-location throughputs. Telemetry the policies read is the "
       f"simulator's NVML/DCGM-style window average over {doc['telemetry_window_s']:g} s before the candidate "
       "arrives; the full engine's canary also runs on the simulator. Numbers here are a model's, not a GPU's.\n")
@@ -175,8 +176,9 @@ def render_markdown(doc: dict[str, Any], *, command: str) -> str:
         w("**Consistency checks, not evidence**: " + ", ".join(f"`{f}`" for f in consistency) + " take their truth "
           "from the same physical rules stage 1 implements (compute mode, the MIG placement table, occupancy "
           "rules), so zero false admits there shows that the two agree, not that stage 1 is right on hardware. "
-          "Stage 1's occupancy is checked against NVIDIA's compiled calculator (`cuda_occupancy.h`) in "
-          "`tests/hardfit` and `benchmarks/occupancy_sweep.py`.\n")
+          "The `hard-sm` co-residency truth is NVIDIA's compiled calculator's (`cuda_occupancy.h`, precomputed "
+          "into `canary/bench/data/coresidency_truth.json`), against which stage 1's occupancy is also "
+          "checked in `tests/hardfit` and `benchmarks/occupancy_sweep.py`.\n")
     for family, why in doc.get("out_of_headline", {}).items():
         w(f"**Not in the headline**: `{family}` — {why}.\n")
     w(f"**Seeds**: {doc.get('seed_streams', '')}.\n")
