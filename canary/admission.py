@@ -485,6 +485,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         key_json=key.as_dict(),
         progress=progress,
         slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
+        schedule_seed=seed if sim_device is not None else None,
     )
     return ProbeRun(resident.name, key, result)
 
@@ -703,8 +704,10 @@ def record_feedback(
     db_url: str | None,
     observed_slowdown_pct: float | None,
     now: dt.datetime,
+    engine: Any = None,
 ) -> str:
-    """Record a production SLO violation for an admitted pair; it outweighs earlier passes."""
+    """Record a production SLO violation for an admitted pair; it outweighs earlier passes.
+    ``engine``: the caller's open store (the service's), instead of opening one from ``db_url``."""
     import uuid
 
     from evidence_store import repository
@@ -718,7 +721,8 @@ def record_feedback(
     key = pair_key(req, resident)
     if key is None:
         raise InputError(f"resident {resident_name!r} has no profile, so no pair key", field="--resident-name")
-    engine = open_store_for_writing(db_url)
+    if engine is None:
+        engine = open_store_for_writing(db_url)
     rec = EvidenceIn(
         probe_id=f"feedback-{uuid.uuid4()}", key=key, driver_version=req.snapshot.driver_version,
         cuda_version=req.snapshot.cuda_driver_version, device_uuid=req.snapshot.uuid, source="production",

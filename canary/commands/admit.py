@@ -78,9 +78,9 @@ def _remote_progress(stream: Any) -> Any:
 
 
 def run_admit(args: argparse.Namespace) -> int:
-    from canary.serve.client import server_from
+    from canary.commands.fit import server_url
 
-    server = server_from(args)
+    server = server_url(args)
     if server is not None:
         from canary.commands.fit import print_certificate
         from canary.serve.client import ServiceClient, request_body, token_from

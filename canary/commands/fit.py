@@ -51,10 +51,16 @@ def add_parser(sub: Any) -> None:
     add_fit_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    from canary.serve.client import server_from
+def server_url(args: argparse.Namespace) -> str | None:
+    """``--server`` or ``$CANARY_SERVER``; read here so a local ``gpu-fit`` imports nothing of the service."""
+    import os
 
-    server = server_from(args)
+    server: str | None = getattr(args, "server", None) or os.environ.get("CANARY_SERVER") or None
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    server = server_url(args)
     if server is not None:
         from canary.serve.client import ServiceClient, request_body, token_from
 

@@ -499,7 +499,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         def work() -> str:
             req = svc.resolve(body).request
             with svc.metrics.store_op("feedback"):
-                return record_feedback(req, resident_name=body.resident_name, db_url=svc.url,
+                return record_feedback(req, resident_name=body.resident_name, db_url=svc.url, engine=svc.engine,
                                        observed_slowdown_pct=body.slowdown_pct, now=utcnow())
 
         return S.FeedbackResponse(evidence_id=await anyio.to_thread.run_sync(work))

@@ -105,11 +105,6 @@ class ServiceClient:
             response = self._call("GET", location, params={"wait": POLL_WAIT})
 
 
-def server_from(args: Any) -> str | None:
-    server: str | None = getattr(args, "server", None) or os.environ.get("CANARY_SERVER") or None
-    return server
-
-
 def token_from(args: Any) -> str | None:
     token: str | None = getattr(args, "token", None) or os.environ.get("CANARY_TOKEN") or None
     return token
