@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -19,22 +18,6 @@ from canary.errors import EXIT_ADMIT, InputError
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
     from canary.occupancy import CdnaOccupancyResult, OccupancyResult
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1024,
-    "ki": 1024,
-    "kib": 1024,
-    "m": 1024**2,
-    "mi": 1024**2,
-    "mib": 1024**2,
-}
-# Case matters for the SI spelling: kB is 1000. KB and MB are refused: NVIDIA's documents write
-# "48 KB" for 48 KiB, so guessing either way would be silently wrong half the time.
-_SI_UNITS = {"kB": 1000}
-_AMBIGUOUS_UNITS = {"KB", "Kb", "MB", "mb", "Mb", "mB"}
 
 _CUDA_FIELDS = (
     "compute_capability",
@@ -70,21 +53,14 @@ _CDNA_FIELDS = (
 
 
 def parse_size_bytes(text: str, option: str) -> int:
-    """Bytes from ``49152``, ``48KiB``, ``48K``, ``1MiB`` or ``48kB``; ``InputError`` otherwise."""
-    match = _SIZE_RE.match(text)
-    if match is None:
-        raise InputError(f"{text!r} is not a size (examples: 49152, 48KiB, 1MiB)", field=option)
-    number, unit = int(match.group(1)), match.group(2)
-    if unit in _SI_UNITS:
-        return number * _SI_UNITS[unit]
-    if unit in _AMBIGUOUS_UNITS:
-        raise InputError(
-            f"unit {unit!r} is ambiguous: write KiB/MiB (powers of 1024) or kB (1000)", field=option
-        )
-    factor = _SIZE_UNITS.get(unit.lower())
-    if factor is None:
-        raise InputError(f"unknown size unit {unit!r} (use B, KiB, MiB or kB)", field=option)
-    return number * factor
+    """Bytes from ``49152``, ``48KiB``, ``48K``, ``1MiB`` or ``48kB`` (the on-chip reading of
+    :func:`canary.units.parse_bytes`); ``InputError`` naming ``option`` otherwise."""
+    from canary.units import parse_bytes
+
+    try:
+        return parse_bytes(text, on_chip=True)
+    except ValueError as exc:
+        raise InputError(str(exc), field=option) from None
 
 
 def add_parser(subparsers: Any) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from canary.admission import admit, load_request, utcnow
-from tests.conftest import EXAMPLES, canary_cmd, cli_env
+from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 
 SNAP = str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml")
 EMB = str(EXAMPLES / "profiles" / "embedding-service.yaml")

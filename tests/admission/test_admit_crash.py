@@ -16,8 +16,8 @@ import httpx
 import yaml
 
 from canary.probe.procs import group_alive
-from tests.conftest import canary_cmd, cli_env
-from tests.probe.helpers import candidate_profile, free_port, resident_profile, start_server
+from tests.support.paths import canary_cmd, cli_env
+from tests.support.helpers import candidate_profile, free_port, resident_profile, start_server
 
 
 def _write(path: Path, profile) -> str:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from canary.bench.metrics import Outcome, summarize
-from tests.conftest import SHARED, canary_cmd, cli_env
+from tests.support.paths import SHARED, canary_cmd, cli_env
 
 PNGS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png")
 ENGINE = "+pairwise evidence (full engine)"

@@ -24,7 +24,7 @@ from canary.probe.procs import group_alive
 from evidence_store.engine import make_engine, session_scope, upgrade
 from evidence_store.keys import PairKey
 from evidence_store.repository import journal_get, journal_start
-from tests.probe.helpers import free_port
+from tests.support.helpers import free_port
 
 DRIVER = Path(__file__).resolve().parent / "crash_driver.py"
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.conftest import EXAMPLES, canary_cmd, cli_env
+from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 
 PLAN = str(EXAMPLES / "plans" / "nightly-h100.yaml")
 

@@ -24,8 +24,8 @@ from canary.probe.executors.process import ProcessExecutor
 from canary.probe.journal import MemoryJournal
 from canary.probe.orchestrator import ROLLBACK_GRACE_S, ProbeResult, RollbackFailed, run_probe
 from canary.probe.procs import group_alive
-from tests.probe.doubles import Bench, FakeExecutor, FakeMonitor
-from tests.probe.helpers import candidate_profile, free_port
+from tests.support.doubles import Bench, FakeExecutor, FakeMonitor
+from tests.support.helpers import candidate_profile, free_port
 
 GRACE_S = 2.0
 

@@ -23,7 +23,7 @@ from canary.probe.executors.process import ProcessExecutor
 from canary.probe.journal import MemoryJournal
 from canary.probe.orchestrator import run_probe
 from canary.probe.procs import group_alive
-from tests.probe.helpers import candidate_profile, free_port, resident_profile, start_server
+from tests.support.helpers import candidate_profile, free_port, resident_profile, start_server
 
 BUDGET = RiskBudget(
     max_probe_time_s=12.0,

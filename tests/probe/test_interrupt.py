@@ -11,7 +11,7 @@ from pathlib import Path
 from canary.probe.procs import group_alive
 from evidence_store.engine import make_engine, session_scope, upgrade
 from evidence_store.repository import journal_get
-from tests.probe.helpers import free_port
+from tests.support.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "jobs" / "crash_driver.py"

@@ -15,7 +15,7 @@ from canary.probe.monitors.prometheus import (
     unit_scale_to_ms,
     window_histogram,
 )
-from tests.probe.helpers import free_port, profile, resident_profile, start_server
+from tests.support.helpers import free_port, profile, resident_profile, start_server
 
 VLLM_TEXT = """# HELP vllm:e2e_request_latency_seconds Histogram of end to end request latency in seconds.
 # TYPE vllm:e2e_request_latency_seconds histogram

@@ -12,7 +12,7 @@ from canary.errors import ProbeError
 from canary.probe.executors.process import ProcessExecutor
 from canary.probe.interfaces import ExposureGate
 from canary.probe.procs import group_alive, group_members
-from tests.probe.helpers import candidate_profile, free_port, proc_environ, proc_nice, profile
+from tests.support.helpers import candidate_profile, free_port, proc_environ, proc_nice, profile
 
 
 def _listening(port: int) -> bool:

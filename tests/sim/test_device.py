@@ -203,7 +203,7 @@ def test_snapshot_mig_instances_keep_their_start_slice() -> None:
     """A snapshot names an existing instance as PROFILE@START; the simulator places it exactly there."""
     from canary.backends import resolve_device
     from canary.sim.device import SimPlacementError
-    from tests.conftest import EXAMPLES
+    from tests.support.paths import EXAMPLES
 
     dev = resolve_device(str(EXAMPLES / "snapshots" / "d-mig-no-placement.yaml"))
     sim = SimDevice.from_snapshot(dev.snapshot, dev.spec, seed=0, regime="mig:1g.10gb")
