@@ -173,7 +173,7 @@ def test_resident_without_profile_or_memory_cannot_be_guessed(v100: DeviceSpec) 
 def test_import_is_light() -> None:
     """``import canary.sim`` loads neither numpy nor the engine until a name is used."""
     code = "import sys, canary.sim; print('numpy' in sys.modules, 'canary.sim.engine' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["False", "False"]
 
 

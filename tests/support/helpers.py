@@ -11,6 +11,7 @@ from typing import Any
 
 from canary._model import validate_document
 from canary.profile import WorkloadProfile
+from tests.support.timing import HANG_S
 
 SERVERS = Path(__file__).resolve().parent / "servers.py"
 
@@ -40,7 +41,7 @@ def profile(name: str, *, workload_class: str = "online-inference", **canary: An
     )
 
 
-def candidate_profile(port: int, *extra: str, startup_timeout_s: float = 10.0) -> WorkloadProfile:
+def candidate_profile(port: int, *extra: str, startup_timeout_s: float = 30.0) -> WorkloadProfile:
     return profile(
         "cpu-burner",
         executor="process",
@@ -70,7 +71,7 @@ def start_server(port: int, *extra: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         server_command(port, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=0.5).status_code == 200:
