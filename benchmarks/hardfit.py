@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from canary.catalog import lookup  # noqa: E402
-from canary.quantiles import quantile  # noqa: E402
 from canary.hardfit import check, parse_regime  # noqa: E402
 from canary.hardfit import compute as compute_module  # noqa: E402
 from canary.policy import load_policy  # noqa: E402
 from canary.profile import KernelSpec, MemoryEnvelope, SharingModes, WorkloadProfile  # noqa: E402
+from canary.quantiles import quantile  # noqa: E402
 from canary.snapshot import DeviceSnapshot, MigState, MpsState, Resident  # noqa: E402
 
 GiB = 1 << 30
