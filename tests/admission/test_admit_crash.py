@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from canary.probe.procs import group_alive
@@ -36,6 +37,7 @@ def _running_probe(db: Path) -> tuple[str, int] | None:
     return (str(row[0]), int(row[1])) if row else None
 
 
+@pytest.mark.slow
 def test_sigkilled_admit_leaves_an_orphan_that_recover_cleans_up(tmp_path: Path) -> None:
     resident_port, candidate_port = free_port(), free_port()
     resident = start_server(resident_port)

@@ -6,7 +6,6 @@ library is also exercised: on this machine its first call raises ``DynamicLibNot
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -179,10 +178,6 @@ def test_executor_needs_the_kernel_in_the_profile(tmp_path: Path) -> None:
     profile = candidate(tmp_path, kernel="absent")
     with pytest.raises(ProbeError, match="lists no kernel 'absent'"):
         CudaExecutor(profile, module=FakeCudaDriver())
-
-
-def test_mismatch_is_a_dataclass() -> None:
-    assert dataclasses.is_dataclass(cuda.Mismatch)
 
 
 def test_green_context_split_rounds_to_the_alignment() -> None:

@@ -65,6 +65,7 @@ def test_sixteen_processes_race_for_room_for_exactly_five(
     assert sum(r.memory_bytes for r in rows) == ROOM_FOR * 8 * 2**30
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_sigkilled_writer_loses_nothing_committed_and_leaves_nothing_half_written(
     store_url: str, engine: Engine, tmp_path: Path

@@ -72,6 +72,7 @@ def _start_row(engine: Engine, probe_id: str, pgid: int, *, lease_s: float, now:
         )
 
 
+@pytest.mark.slow
 def test_crash_mid_probe_then_recover_kills_the_orphan_and_aborts(
     store: tuple[str, Engine], tmp_path: Path
 ) -> None:
@@ -160,6 +161,7 @@ def test_kill_false_reports_a_running_orphan_without_killing_it() -> None:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_recover_command_reports_json(store: tuple[str, Engine], tmp_path: Path) -> None:
     """``canary recover --json`` over the same store: the orphan is killed and listed."""
     import json

@@ -18,13 +18,14 @@ from __future__ import annotations
 import time
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from canary.probe.budget import RiskBudget
 from canary.probe.executors.process import ProcessExecutor
 from canary.probe.journal import MemoryJournal
-from canary.probe.orchestrator import ROLLBACK_GRACE_S, ProbeResult, RollbackFailed, run_probe
+from canary.probe.orchestrator import ProbeResult, RollbackFailed, run_probe
 from canary.probe.procs import group_alive
 from tests.support.doubles import Bench, FakeExecutor, FakeMonitor
 from tests.support.helpers import candidate_profile, free_port
@@ -60,10 +61,7 @@ def budgets(draw: st.DrawFn) -> RiskBudget:
     )
 
 
-def test_documented_grace_is_within_two_seconds() -> None:
-    assert ROLLBACK_GRACE_S <= GRACE_S
-
-
+@pytest.mark.slow
 @settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     budget=budgets(),
@@ -126,6 +124,7 @@ def test_budget_invariants_hold_against_adversaries(
         assert journal.rows["prop"].state != "running"
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     max_probe_time_s=st.floats(0.6, 1.5),

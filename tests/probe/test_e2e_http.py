@@ -76,6 +76,7 @@ async def _probe(resident_port: int, *candidate_args: str) -> tuple[Any, int]:
     return result, row.pgid
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_noisy_candidate_is_unsafe(resident_port: int, device_lock: str) -> None:
     result, _ = await _probe(
@@ -95,6 +96,7 @@ async def test_noisy_candidate_is_unsafe(resident_port: int, device_lock: str) -
     assert result.wall_time_s < BUDGET.max_probe_time_s + ROLLBACK_GRACE_S + SCHEDULING_SLACK_S
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_quiet_candidate_is_safe(resident_port: int, device_lock: str) -> None:
     result, _ = await _probe(resident_port, "--work-ms", "0", "--device-lock", device_lock)

@@ -11,6 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from canary.probe.orchestrator import ROLLBACK_GRACE_S
 from canary.probe.procs import group_alive, signal_group
 from evidence_store.engine import make_engine, session_scope, upgrade
@@ -22,6 +24,7 @@ from tests.support.subprocesses import Child
 DRIVER = ROOT / "tests" / "support" / "crash_driver.py"
 
 
+@pytest.mark.slow
 def test_sigint_mid_probe_rolls_back_and_records_aborted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
     upgrade(url)

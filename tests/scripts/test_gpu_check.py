@@ -90,6 +90,7 @@ def recorded_gpu(monkeypatch: pytest.MonkeyPatch, cubin_cache: dict[str, Path]) 
     return script
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["snapshot", "occupancy", "corun", "hardfit"])
 def test_gpu_steps_dry_run(recorded_gpu: Any, step: str) -> None:
     rows = recorded_gpu.STEP_FUNCTIONS[step](0)
