@@ -81,7 +81,7 @@ EDGES = tuple(_edges())
 # Rooms, by module name prefix. A module belongs to the first room whose prefix matches.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("canary.errors", "canary.units", "canary._model", "canary.profile", "canary.snapshot",
-                "canary.policy", "canary.certificate", "canary.catalog", "canary.quantiles")),
+                "canary.policy", "canary.certificate", "canary.catalog", "canary.quantiles", "canary.tables")),
     ("occupancy", ("canary.occupancy",)),
     ("hardfit", ("canary.hardfit",)),
     # The sim executor and monitor are the simulator's adapters into stage 2, as the process executor

@@ -52,7 +52,7 @@ def _pct(value: float | None) -> str:
 
 
 def _print_report(report: Any, *, drift: bool) -> None:
-    from canary.render import table
+    from canary.tables import table
 
     rows = []
     for p in report.pairs:
