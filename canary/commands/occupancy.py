@@ -108,6 +108,20 @@ def _limit_text(value: int | None) -> str:
     return "unlimited" if value is None else str(value)
 
 
+def _limits_table(
+    column: str, rows: tuple[tuple[str, str, int | None], ...], limiting: tuple[str, ...], active: str
+) -> list[str]:
+    """What limits the blocks (NVIDIA) or workgroups (AMD) per multiprocessor, one row a resource,
+    the limiting ones marked, then the active count."""
+    width = len(column) + 1
+    lines = [f"{'limit':<16}{column:>{width}}"]
+    for label, key, value in rows:
+        mark = "  <- limiting" if key in limiting else ""
+        lines.append(f"{label:<16}{_limit_text(value):>{width}}{mark}")
+    lines.append(f"{'active':<16}{active}")
+    return lines
+
+
 def _render_cuda(
     spec: DeviceSpec, args: argparse.Namespace, sizes: dict[str, int], result: OccupancyResult
 ) -> str:
@@ -120,7 +134,6 @@ def _render_cuda(
         f"{spec.name} (cc {major}.{minor}): {args.regs} regs/thread, {args.threads} threads/block, "
         f"static {sizes['static']} B, dynamic {sizes['dynamic']} B, carveout {carveout}",
         "",
-        f"{'limit':<16}{'blocks/SM':>10}",
     ]
     rows = (
         ("registers", "registers", result.block_limit_registers),
@@ -129,12 +142,12 @@ def _render_cuda(
         ("blocks", "blocks", result.block_limit_blocks),
         ("barriers", "barriers", result.block_limit_barriers),
     )
-    for label, key, value in rows:
-        mark = "  <- limiting" if key in result.limiting else ""
-        lines.append(f"{label:<16}{_limit_text(value):>10}{mark}")
+    lines += _limits_table(
+        "blocks/SM", rows, tuple(result.limiting),
+        f"{result.active_blocks_per_sm:>10}  ({result.active_warps_per_sm} of {result.max_warps_per_sm} warps, "
+        f"{result.occupancy_pct:.1f}% occupancy)",
+    )
     lines += [
-        f"{'active':<16}{result.active_blocks_per_sm:>10}  "
-        f"({result.active_warps_per_sm} of {result.max_warps_per_sm} warps, {result.occupancy_pct:.1f}% occupancy)",
         "",
         f"allocated per block: {result.allocated_registers_per_block} registers, "
         f"{result.allocated_shared_memory_per_block} B shared memory; SM carveout "
@@ -149,7 +162,6 @@ def _render_cdna(spec: DeviceSpec, args: argparse.Namespace, lds: int, result: C
         f"{spec.name} ({spec.architecture}): {args.vgprs} VGPRs, {args.agprs or 0} AGPRs, {args.sgprs or 0} SGPRs, "
         f"LDS {lds} B, workgroup {args.threads} ({result.waves_per_workgroup} waves)",
         "",
-        f"{'limit':<16}{'workgroups/CU':>14}",
     ]
     rows = (
         ("VGPRs", "vgprs", result.workgroup_limit_vgprs),
@@ -158,12 +170,12 @@ def _render_cdna(spec: DeviceSpec, args: argparse.Namespace, lds: int, result: C
         ("wave slots", "waves", result.workgroup_limit_waves),
         ("barrier slots", "workgroup_slots", result.workgroup_limit_workgroup_slots),
     )
-    for label, key, value in rows:
-        mark = "  <- limiting" if key in result.limiting else ""
-        lines.append(f"{label:<16}{_limit_text(value):>14}{mark}")
-    lines += [
-        f"{'active':<16}{result.workgroups_per_cu:>14}  ({result.waves_per_cu} of {result.max_waves_per_cu} waves, "
+    lines += _limits_table(
+        "workgroups/CU", rows, tuple(result.limiting),
+        f"{result.workgroups_per_cu:>14}  ({result.waves_per_cu} of {result.max_waves_per_cu} waves, "
         f"{result.waves_per_simd} per SIMD, {result.occupancy_pct:.1f}% occupancy)",
+    )
+    lines += [
         "rules: LLVM AMDGPU (gfx90a/gfx942); device numbers: catalog (see --json for sources)",
     ]
     return "\n".join(lines)
