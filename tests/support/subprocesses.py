@@ -36,7 +36,8 @@ class Child:
         self._lines.put(None)
 
     def stderr_tail(self, limit: int = 2000) -> str:
-        self._stderr.flush()
+        if not self._stderr.closed:
+            self._stderr.flush()
         return self.stderr_path.read_bytes()[-limit:].decode("utf-8", "replace")
 
     def line(self, timeout_s: float = HANG_S) -> str:
