@@ -32,7 +32,7 @@ Kind = Literal["serving", "batch"]
 MAX_CYCLE_S = 1.0
 
 # Mean kernel duration where the profile gives none. Orion's V100 training traces
-# (../shared/data/orion-kernels/*_fb1.csv) have mean kernel durations of 29-123 µs; 50 µs sits in
+# (canary/sim/data/orion-kernels/*_fb1.csv) have mean kernel durations of 29-123 µs; 50 µs sits in
 # that range. Only the ratio of two workloads' kernel durations matters (see serialization), so two
 # workloads that both fall back to it are treated alike.
 DEFAULT_KERNEL_TIME_US = 50.0
@@ -141,16 +141,9 @@ class Traits:
 
 
 def _kernel_residency(spec: DeviceSpec, kernel: KernelSpec) -> KernelResidency:
-    from canary.occupancy import cuda_occupancy
+    from canary.occupancy import kernel_occupancy
 
-    occ = cuda_occupancy(
-        spec,
-        registers_per_thread=kernel.registers_per_thread,
-        threads_per_block=kernel.threads_per_block,
-        static_shared_bytes=kernel.static_shared_bytes,
-        dynamic_shared_bytes=kernel.dynamic_shared_bytes,
-        barriers=kernel.barriers,
-    )
+    occ = kernel_occupancy(spec, kernel)
     if occ.active_blocks_per_sm < 1:
         raise InputError(
             f"kernel {kernel.name!r} cannot run on {spec.name}: not one block fits on an SM",
