@@ -1,6 +1,6 @@
 """A prober that gets killed: runs one probe with the process executor and a store journal.
 
-    python tests/jobs/crash_driver.py DB_URL PROBE_ID PORT
+    python tests/support/crash_driver.py DB_URL PROBE_ID PORT
 
 Prints ``PROBING <pgid>`` once the candidate runs, then keeps probing (long windows) until killed.
 """
