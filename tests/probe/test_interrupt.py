@@ -25,6 +25,13 @@ DRIVER = ROOT / "tests" / "support" / "crash_driver.py"
 
 
 @pytest.mark.slow
+def _sigint_as_in_a_terminal() -> None:
+    """A test run started in the background by a non-interactive shell (``make test &``, CI scripts)
+    inherits SIGINT *ignored*, and so would the prober: Ctrl-C would never reach it and the probe
+    would run to its end. The prober here plays one started from a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_mid_probe_rolls_back_and_records_aborted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
     upgrade(url)
@@ -33,6 +40,7 @@ def test_sigint_mid_probe_rolls_back_and_records_aborted(tmp_path: Path) -> None
         [sys.executable, str(DRIVER), url, "ctrl-c", str(free_port())],
         stderr_path=tmp_path / "driver.stderr",
         cwd=ROOT,
+        preexec_fn=_sigint_as_in_a_terminal,
     ) as driver:
         try:
             line = driver.line()
