@@ -102,6 +102,10 @@ class ProbeSummary(Model):
     confidence: float | None = None
     simulated: bool = False
     budget: dict[str, float | int | bool] = Field(default_factory=dict)
+    # What decided the probe (judge, guard, slo, stall, futility, budget) and what the slowdown
+    # numbers above measure (docs/canary.md "What is bounded").
+    decided_by_rule: str | None = None
+    slowdown_estimand: str | None = None
 
 
 class ReservationRef(Model):
