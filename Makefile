@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check install lint typecheck bench clean
+.PHONY: demo serve-demo test check install lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m canary.demo
+
+serve-demo: $(STAMP)
+	$(BIN)/python -m canary.serve.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check canary evidence_store migrations tests benchmarks
