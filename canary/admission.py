@@ -637,7 +637,7 @@ async def admit_async(
             from evidence_store.journal import StoreJournal
 
             journal = StoreJournal(engine)
-            _recover_orphans(engine, clock(), announce)
+            await _recover_orphans(engine, clock(), announce)
             for i, (resident, e) in enumerate(missing):
                 assert e.key is not None
                 runs.append(await _probe_pair(req, resident, e.key, journal=journal, progress=progress, seed=seed + i,
@@ -676,13 +676,12 @@ async def admit_async(
     return cert
 
 
-def _recover_orphans(engine: Any, now: dt.datetime, announce: Any) -> None:
-    """Every probe start first cleans up probes whose owner died (expired leases)."""
-    from canary.jobs.recover import recover
-    from evidence_store.engine import session_scope
+async def _recover_orphans(engine: Any, now: dt.datetime, announce: Any) -> None:
+    """Every probe start first cleans up probes whose owner died (expired leases); the kills wait in a
+    worker thread with no store transaction open."""
+    from canary.jobs.recover import recover_store_async
 
-    with session_scope(engine) as session:
-        report = recover(session, now=now)
+    report = await recover_store_async(engine, now=now)
     if report.aborted and announce is not None:
         announce(f"recovered {report.aborted} orphaned probe(s) whose lease had expired")
 
