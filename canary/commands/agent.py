@@ -139,7 +139,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 def run_list(args: argparse.Namespace) -> int:
     from canary.agent.agent import utcnow
-    from canary.render import table
+    from canary.tables import table
     from evidence_store import fleet
     from evidence_store.engine import session_scope
 
@@ -175,7 +175,7 @@ def _pct(v: float | None) -> str:
 
 
 def run_drift(args: argparse.Namespace) -> int:
-    from canary.render import table
+    from canary.tables import table
     from evidence_store import fleet
     from evidence_store.engine import session_scope
 

@@ -90,7 +90,6 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                             budget_s: float, seed: int = 0,
                             progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
     from canary.admission import admit_async, utcnow
-    from canary.serve.resolve import from_request_json
     from evidence_store import fleet
     from evidence_store.engine import session_scope
 
@@ -129,7 +128,7 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
             outcome = PairOutcome(index, entry.label, "skipped-budget", "the job's time budget ran out")
         else:
             try:
-                req = from_request_json(entry.request_json)
+                req = request_from_json(entry.request_json)
                 cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index)
                 if cert.hard_fit == "no":
                     outcome = PairOutcome(index, entry.label, "does-not-fit", f"{cert.limiting_resource}: {cert.reason}")
@@ -157,12 +156,30 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
     return report
 
 
+def request_from_json(data: dict[str, Any]) -> Any:
+    """Rebuild a logged or queued request (documents by value, checked when the service accepted them)."""
+    from canary._model import validate_document
+    from canary.admission import build_request
+    from canary.backends import ResolvedDevice
+    from canary.catalog import lookup
+    from canary.policy import load_policy
+    from canary.profile import WorkloadProfile
+    from canary.snapshot import DeviceSnapshot
+
+    dev = data["device"]
+    snap = validate_document(DeviceSnapshot, dev["snapshot"], file="logged device")
+    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
+    candidate = validate_document(WorkloadProfile, data["candidate"], file="logged candidate")
+    residents = tuple(validate_document(WorkloadProfile, r, file="logged resident") for r in data["residents"])
+    return build_request(device, candidate, load_policy(data["policy"]), extra_residents=residents,
+                         regime=data["regime"])
+
+
 def _needs_probe(request_json: dict[str, Any], engine: Any) -> bool:
     """Whether some pair of the request lacks fresh evidence (then the agent must probe it)."""
     from canary.admission import EvidenceAccess, pairs_to_probe, utcnow
-    from canary.serve.resolve import from_request_json
 
-    req = from_request_json(request_json)
+    req = request_from_json(request_json)
     access = EvidenceAccess(str(engine.url.render_as_string(hide_password=False)))
     access._engine, access.present = engine, True
     return bool(pairs_to_probe(req, access, utcnow()))
@@ -171,51 +188,3 @@ def _needs_probe(request_json: dict[str, Any], engine: Any) -> bool:
 def default_run_id(now: dt.datetime) -> str:
     return f"history@{now:%Y-%m-%dT%H:%M:%SZ}#{uuid.uuid4().hex[:6]}"
 
-
-def run_cli(args: Any) -> int:
-    """``canary warm --from-history``: print the plan, store it with the run, run it."""
-    import json
-    import sys
-
-    import anyio
-
-    from canary.admission import open_store_for_writing, utcnow
-    from canary.commands.jobs import _as_json, _print_report, _progress
-    from canary.render import table
-    from evidence_store.engine import session_scope
-
-    since_s = parse_duration(args.since, "--since")
-    within_s = None if args.expiring_within is None else parse_duration(args.expiring_within, "--expiring-within")
-    budget_s = args.budget_s if args.budget_s is not None else 3600.0
-    if not budget_s > 0:
-        raise InputError(f"must be positive, got {budget_s}", field="--budget-s")
-    engine = open_store_for_writing(args.db)
-    now = utcnow()
-    with session_scope(engine, read_only=True) as session:
-        plan = build_plan(session, now=now, since_s=since_s, expiring_within_s=within_s, top=args.top)
-    run_id = args.run_id or default_run_id(now)
-    params = {"since": args.since, "since_s": since_s, "expiring_within": args.expiring_within, "top": args.top,
-              "budget_s": budget_s, "built_at": now.isoformat()}
-    if not args.json:
-        sys.stdout.write(f"plan {run_id} (from history since {args.since}"
-                         + (f", evidence expiring within {args.expiring_within}" if args.expiring_within else "")
-                         + f", top {args.top}): {len(plan)} pair(s)\n")
-        sys.stdout.write(table(["#", "reason", "requests", "last requested", "pair"], [
-            [str(i + 1), e.reason, str(e.requests), f"{e.last_requested_at:%Y-%m-%d %H:%M}", e.label]
-            for i, e in enumerate(plan)]) + "\n")
-    if not plan:
-        if args.json:
-            sys.stdout.write(json.dumps({"run_id": run_id, "plan": [], "pairs": []}) + "\n")
-        return 0
-
-    async def go() -> WarmReport:
-        return await warm_from_history(plan, engine=engine, run_id=run_id, params=params, budget_s=budget_s,
-                                       seed=args.seed, progress=_progress)
-
-    report = anyio.run(go)
-    if args.json:
-        doc = json.loads(_as_json(report))
-        sys.stdout.write(json.dumps({**doc, "run_id": run_id, "plan": [e.summary() for e in plan]}, indent=2) + "\n")
-    else:
-        _print_report(report, drift=False)
-    return 4 if report.count("error") else 0
