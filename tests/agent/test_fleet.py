@@ -76,13 +76,19 @@ def test_admissions_probed_once_each_on_the_owning_agent(store_url: str, tmp_pat
     with server.client(token) as client, ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda b: _admit(client, b), bodies))
 
-    probes = rows(store_url, ServeProbe)
-    assert len(probes) == 25, Counter(p.state for p in probes)
+    rows_ = rows(store_url, ServeProbe)
     by_id = _device_ids(store_url)
-    for p in probes:
+    for p in rows_:
         assert p.state == "done", (p.state, p.error)
         node = by_id[p.device_id]
         assert p.owner is not None and p.owner.startswith(f"agent/{node}@"), (p.owner, node)
+    # A request that looked for evidence just before the pair's probe recorded it, and queued after the
+    # probe had ended, gets a second queue row; its agent answers it from the evidence — no second
+    # exposure. What must hold: one row per pair decided by a probe, one evidence record per pair.
+    probes = [p for p in rows_ if p.certificate_json["decided_by"] == "canary"]
+    assert {p.certificate_json["decided_by"] for p in rows_} <= {"canary", "cache"}
+    assert len(probes) == 25, Counter(p.certificate_json["decided_by"] for p in rows_)
+    assert len({p.pair_digest for p in probes}) == 25
     # each pair's probe ran on the device that pair was asked for
     asked = {cand["version"]: ref for cand, ref in pairs}
     for p in probes:
