@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
 def _add_globals(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
-        default=os.environ.get("CANARY_DB_URL"),
+        default=os.environ.get("CANARY_DB_URL") or None,
         help="evidence store URL (default: $CANARY_DB_URL, else a SQLite file in the user data directory)",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more detail on stderr")
@@ -73,6 +73,10 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     try:
+        if getattr(args, "db", None) is not None:  # checked before any command connects or creates a file
+            from evidence_store.location import check_db_url
+
+            check_db_url(args.db)
         return handler(args)
     except CanaryError as exc:
         sys.stderr.write(f"canary: {exc}\n")

@@ -7,10 +7,11 @@ any admission, naming the file and field.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from canary._model import Model, load_document
 from canary.errors import InputError
@@ -18,7 +19,13 @@ from canary.probe.budget import RiskBudget
 from canary.profile import WorkloadClass
 from canary.units import Bytes
 
+#: Evidence older than ten years is never fresh; a larger TTL is a typo (and overflows a date).
+MAX_EVIDENCE_TTL_S = 10 * 365 * 24 * 3600.0
+MAX_RESERVATION_LEASE_S = 30 * 24 * 3600.0
+DEFAULT_PROBE_HOSTS: tuple[str, ...] = ("127.0.0.1", "::1", "localhost")
+
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORKLOAD_CLASSES: tuple[WorkloadClass, ...] = ("online-inference", "batch", "training")
 
 
@@ -35,15 +42,31 @@ class Policy(Model):
     per_context_overhead_bytes: Bytes = Field(
         default=0, description="memory a new CUDA context costs the candidate on top of its own peak"
     )
-    evidence_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    evidence_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, le=MAX_EVIDENCE_TTL_S)
     min_evidence_confidence: float = Field(default=0.9, gt=0, le=1)
     allow_cross_driver_evidence: bool = False
     cross_driver_confidence_factor: float = Field(default=0.5, gt=0, le=1)
     on_unprofiled_resident: Literal["unknown", "reject"] = "unknown"
     on_probe_inconclusive: Literal["unknown", "reject"] = "unknown"
-    reservation_lease_s: float = Field(default=3600.0, gt=0)
+    reservation_lease_s: float = Field(default=3600.0, gt=0, le=MAX_RESERVATION_LEASE_S)
     mps_default_active_thread_pct: int = Field(default=50, ge=1, le=100)
     risk_budgets: dict[WorkloadClass, RiskBudget]
+    # --- what workload files may make canary do (operator's choice; see docs/security.md) ----------
+    probe_hosts: tuple[str, ...] = Field(
+        default=DEFAULT_PROBE_HOSTS,
+        description="hosts a profile's or snapshot's monitor URL (metrics_url) and candidate endpoint may "
+        "name; anything else is refused before a request is sent. Loopback by default",
+    )
+    candidate_commands: tuple[str, ...] = Field(
+        default=(),
+        description="executables (argv[0], exactly as written in the profile) the process executor may "
+        "start; '*' allows any. Empty by default: a profile cannot make canary run a command",
+    )
+    candidate_environment: tuple[str, ...] = Field(
+        default=(),
+        description="names of variables of canary's own environment passed on to the candidate, beyond "
+        "PATH, the locale and the CUDA/MPS variables canary sets; canary's own CANARY_* variables never pass",
+    )
 
     @model_validator(mode="after")
     def _every_class_has_a_budget(self) -> Policy:
@@ -51,6 +74,24 @@ class Policy(Model):
         if missing:
             raise ValueError(f"risk_budgets lacks the workload class(es): {', '.join(missing)}")
         return self
+
+    @field_validator("candidate_environment")
+    @classmethod
+    def _no_canary_secrets(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if name.upper().startswith("CANARY_"):
+                raise ValueError(f"{name} is canary's own configuration and never passes to a candidate")
+        return names
+
+    @field_validator("probe_hosts")
+    @classmethod
+    def _hosts(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        for host in hosts:
+            if not host or any(c in host for c in "/@?#") or host != host.strip():
+                raise ValueError(f"{host!r} is not a host name or address (no scheme, path or port)")
+        return hosts
 
     def budget_for(self, workload_class: WorkloadClass) -> RiskBudget:
         return self.risk_budgets[workload_class]

@@ -83,11 +83,13 @@ DEFAULT_RETRY = RetryPolicy()
 def redact(url: str | URL) -> str:
     """The URL without its password, for messages. An unparsable URL loses everything between
     ``://`` and ``@`` rather than risk showing a secret."""
+    from evidence_store.location import redact_url
+
     try:
         parsed = url if isinstance(url, URL) else make_url(url)
-    except exc.ArgumentError:
-        return re.sub(r"//[^@/]*@", "//***@", str(url))
-    return parsed.render_as_string(hide_password=True)
+    except (exc.ArgumentError, ValueError):
+        return redact_url(re.sub(r"//[^@/]*@", "//***@", str(url)))
+    return redact_url(parsed.render_as_string(hide_password=True))
 
 
 def normalize_url(url: str) -> URL:
@@ -95,11 +97,14 @@ def normalize_url(url: str) -> URL:
 
     Raises ``InputError`` for an unparsable URL or a database other than SQLite and PostgreSQL.
     """
+    from evidence_store.location import check_db_url
+
+    check_db_url(url)
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
     try:
         parsed = make_url(url)
-    except exc.ArgumentError as err:
+    except (exc.ArgumentError, ValueError) as err:
         raise InputError(f"not a database URL: {redact(url)}", field="--db") from err
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")

@@ -9,6 +9,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,7 +45,11 @@ def test_sigkilled_admit_leaves_an_orphan_that_recover_cleans_up(tmp_path: Path)
         cand = _write(tmp_path / "candidate.yaml", candidate_profile(candidate_port, "--burners", "1"))
         env = cli_env(tmp_path)
         db = tmp_path / "evidence.sqlite3"
-        admit = subprocess.Popen([*canary_cmd(), "admit", "h100", cand, "--resident", res], env=env,
+        policy = tmp_path / "policy.yaml"  # the operator allows the test's candidate command
+        policy.write_text((Path(__file__).resolve().parents[2] / "policies" / "default.yaml").read_text()
+                          + f"candidate_commands: [{json.dumps(sys.executable)}]\n")
+        admit = subprocess.Popen([*canary_cmd(), "admit", "h100", cand, "--resident", res, "--policy", str(policy)],
+                                 env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
             deadline = time.monotonic() + 60
