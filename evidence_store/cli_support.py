@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from canary._model import check_limits
 from canary.errors import CanaryError, InputError
 from evidence_store.engine import open_store
 from evidence_store.models import Evidence, Reservation
@@ -184,24 +185,62 @@ def header_line() -> str:
     return json.dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION}, sort_keys=True)
 
 
-def write_export(path: Path, records: Iterable[EvidenceOut]) -> int:
-    """Write the file atomically (a temporary file renamed into place); returns the record count."""
-    path = path.resolve()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    count = 0
+def check_export_target(path: Path) -> None:
+    """Refuse a target that is not a regular file (or not there yet): a device, FIFO, socket or
+    directory is never replaced by the export."""
+    import stat
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(header_line() + "\n")
-            for rec in records:
-                out.write(
-                    json.dumps(rec.model_dump(mode="json"), sort_keys=True, separators=(",", ":")) + "\n"
-                )
+        info = os.stat(path)  # follows a link: what would really be replaced
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise InputError(f"directory {path.parent} does not exist", file=str(path)) from None
+        return
+    except OSError as err:
+        raise InputError(f"cannot use as export target: {err.strerror}", file=str(path)) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError("is a directory; give a file name", file=str(path))
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("not a regular file (a device, FIFO or socket); refusing to replace it", file=str(path))
+
+
+def _export_lines(records: Iterable[EvidenceOut]) -> Iterator[str]:
+    yield header_line() + "\n"
+    for rec in records:
+        yield json.dumps(rec.model_dump(mode="json"), sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def write_export(path: Path | None, records: Iterable[EvidenceOut], out: IO[str] | None = None) -> int:
+    """Write the export to ``path`` atomically (a temporary file renamed into place), or to ``out``
+    when ``path`` is ``None``; returns the record count. A target that is not a regular file is refused
+    (``InputError``) before anything is written."""
+    count = -1
+    if path is None:
+        stream = out or sys.stdout
+        for line in _export_lines(records):
+            stream.write(line)
+            count += 1
+        stream.flush()
+        return count
+    path = Path(os.path.abspath(path))
+    check_export_target(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for line in _export_lines(records):
+                fh.write(line)
                 count += 1
+        check_export_target(path)  # nothing swapped in meanwhile
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return count
+
+
+#: Largest export file read, and longest line in it (a record is about 1 KiB).
+MAX_IMPORT_BYTES = 512 * 1024 * 1024
+MAX_IMPORT_LINE_BYTES = 64 * 1024
 
 
 def _validation_field(err: ValidationError) -> tuple[str, str]:
@@ -216,11 +255,23 @@ def read_export(path: Path) -> list[tuple[int, EvidenceOut]]:
     Raises ``InputError`` naming the file, the line and the field for an unreadable, corrupt or
     wrong-version file.
     """
+    import stat
+
     name = str(path)
     try:
-        raw = path.read_bytes()
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise InputError("is a directory, expected an evidence export file", file=name)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError("not a regular file (a device, FIFO or socket)", file=name)
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_IMPORT_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError("file not found", file=name) from None
     except OSError as err:
-        raise InputError(f"cannot read: {err.strerror or err}", file=name) from err
+        raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise InputError(f"larger than {MAX_IMPORT_BYTES} bytes (limit MAX_IMPORT_BYTES)", file=name)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -235,6 +286,8 @@ def read_export(path: Path) -> list[tuple[int, EvidenceOut]]:
         header_data = json.loads(lines[0])
     except json.JSONDecodeError as err:
         raise InputError(f"line 1: header is not JSON ({err.msg})", file=name) from err
+    except (RecursionError, ValueError) as err:
+        raise InputError(f"line 1: header is not JSON ({str(err).splitlines()[0][:80]})", file=name) from err
     try:
         ExportHeader.model_validate(header_data)
     except ValidationError as err:
@@ -245,6 +298,12 @@ def read_export(path: Path) -> list[tuple[int, EvidenceOut]]:
             field=loc,
         ) from err
     records: list[tuple[int, EvidenceOut]] = []
+    for number, line in enumerate(lines, start=1):
+        if len(line) > MAX_IMPORT_LINE_BYTES:
+            raise InputError(
+                f"line {number}: longer than {MAX_IMPORT_LINE_BYTES} characters (limit MAX_IMPORT_LINE_BYTES)",
+                file=name,
+            )
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             raise InputError(f"line {number}: blank line inside the file", file=name)
@@ -252,6 +311,9 @@ def read_export(path: Path) -> list[tuple[int, EvidenceOut]]:
             data = json.loads(line)
         except json.JSONDecodeError as err:
             raise InputError(f"line {number}: not JSON ({err.msg} at column {err.colno})", file=name) from err
+        except (RecursionError, ValueError) as err:  # nesting or a number too long to convert
+            raise InputError(f"line {number}: not a record ({str(err).splitlines()[0][:80]})", file=name) from err
+        check_limits(data, file=f"{name}: line {number}")
         try:
             records.append((number, EvidenceOut.model_validate(data)))
         except ValidationError as err:

@@ -122,6 +122,8 @@ class EvidenceOut(EvidenceIn):
     superseded_by: str | None = None
     revoked_reason: str | None = None
     stale_reason: str | None = None
+    origin: str | None = Field(default=None, max_length=1000)
+    """Imported records: where they came from (file, the exporting store's source, import time)."""
 
     def as_input(self) -> EvidenceIn:
         """The observation alone, without identity and lifecycle."""
