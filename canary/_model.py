@@ -207,6 +207,10 @@ def read_document(path: str | Path) -> Any:
             f"nested too deeply to parse (limit MAX_DOCUMENT_DEPTH = {MAX_DOCUMENT_DEPTH})", file=file
         ) from None
     except ValueError as exc:  # e.g. an integer literal with more digits than Python converts
+        if "integer string conversion" in str(exc):
+            raise InputError(
+                "a number with thousands of digits is out of range (limit ±2**53, MAX_DOCUMENT_NUMBER)", file=file
+            ) from None
         raise InputError(f"malformed YAML/JSON: {str(exc).splitlines()[0]}", file=file) from None
     if data is None:
         raise InputError("the file is empty", file=file)
