@@ -212,6 +212,9 @@ def read_document(path: str | Path) -> Any:
                 "a number with thousands of digits is out of range (limit ±2**53, MAX_DOCUMENT_NUMBER)", file=file
             ) from None
         raise InputError(f"malformed YAML/JSON: {str(exc).splitlines()[0]}", file=file) from None
+    except (IndexError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+        # PyYAML's constructors fail this way on some tagged values (``!!float`` with no digits).
+        raise InputError(f"malformed YAML/JSON: a value cannot be read ({type(exc).__name__})", file=file) from None
     if data is None:
         raise InputError("the file is empty", file=file)
     check_limits(data, file=file)

@@ -153,6 +153,9 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
     files["big_int"] = "n: " + "9" * 5000 + "\n"
     files["json_nan"] = '{"name": "x", "version": .nan}'
     files["dup_keys"] = "name: a\nname: b\n"
+    files["empty_float_tag"] = "name: !!float \n"  # PyYAML's constructor raised IndexError (found by fuzzing)
+    files["bad_timestamp_tag"] = "name: !!timestamp 2026-13-45\n"
+    files["merge_scalar"] = "<<: 5\nname: x\n"
 
     # --- profiles ------------------------------------------------------------------------------------
     def prof(dotted: str, value: Any) -> str:
@@ -354,6 +357,7 @@ def _document_cases() -> list[Case]:
         "python_tag_inline": "malformed", "unclosed": "malformed", "tab_indent": "malformed",
         "null_bytes": "malformed", "many_aliases": "aliases", "wide": "more than", "big_int": "out of range",
         "json_nan": "not a finite", "fifo": "not a regular file", "a_directory": "directory",
+        "empty_float_tag": "malformed", "bad_timestamp_tag": "malformed", "merge_scalar": "malformed",
     }
     cases = []
     for name, fragment in general.items():
