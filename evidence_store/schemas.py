@@ -197,7 +197,10 @@ class ReservationOut(_Frozen):
 
 
 class ExportHeader(_Frozen):
-    """The first line of an export file."""
+    """The first line of an export file. ``key_id`` (the first 16 hex digits of the sha256 of the fleet
+    key) is present when the file is signed; its last line is then ``{"hmac_sha256": "<hex>"}``, the
+    HMAC of every byte before that line under the key."""
 
     format: Literal["canary-evidence"]
     version: Literal[1]
+    key_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")

@@ -51,6 +51,8 @@ def add_parser(subparsers: Any) -> None:
 
     ex = sub.add_parser("export", help="write every record to FILE (JSON lines; '-' for standard output)")
     ex.add_argument("file", metavar="FILE", help="a regular file (replaced atomically) or '-'")
+    ex.add_argument("--key", metavar="KEYFILE",
+                    help="sign the file with this fleet key (default: $CANARY_FLEET_KEY_FILE; unsigned without)")
     ex.set_defaults(handler=run_export)
 
     im = sub.add_parser(
@@ -60,6 +62,8 @@ def add_parser(subparsers: Any) -> None:
     )
     im.add_argument("file", metavar="FILE")
     im.add_argument("--policy", help="policy the records are checked against (default: default)")
+    im.add_argument("--key", metavar="KEYFILE",
+                    help="accept only files signed with this fleet key (default: $CANARY_FLEET_KEY_FILE)")
     im.set_defaults(handler=run_import)
 
 
@@ -210,15 +214,16 @@ def run_revoke(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evidence_store.cli_support import check_export_target, store, write_export
+    from evidence_store.cli_support import check_export_target, read_fleet_key, store, write_export
     from evidence_store.engine import session_scope
     from evidence_store.repository import iter_evidence
 
+    key = read_fleet_key(args.key)
     path = None if args.file == "-" else Path(args.file)
     if path is not None:
         check_export_target(Path(os.path.abspath(path)))  # before the store is opened
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
-        count = write_export(path, iter_evidence(session))
+        count = write_export(path, iter_evidence(session), key=key)
     # The count goes to stderr when the records go to stdout, so a pipe gets only the export.
     (sys.stderr if path is None else sys.stdout).write(f"exported {count} record(s) to {path or 'standard output'}\n")
     return EXIT_ADMIT
@@ -230,20 +235,22 @@ def run_import(args: argparse.Namespace) -> int:
 
     from canary.errors import InputError
     from canary.policy import load_policy
-    from evidence_store.cli_support import read_export, store
+    from evidence_store.cli_support import key_id, read_export, read_fleet_key, store
     from evidence_store.engine import session_scope
     from evidence_store.import_check import check_record
     from evidence_store.repository import import_records
 
     path = Path(args.file)
     policy = load_policy(args.policy)
-    numbered = read_export(path)
+    key = read_fleet_key(args.key)
+    numbered = read_export(path, key=key)
     now = datetime.now(UTC)
     max_slowdown_pct = max(b.max_resident_slowdown_pct for b in policy.risk_budgets.values())
     for line, rec in numbered:
         check_record(rec, line=line, file=str(path), max_slowdown_pct=max_slowdown_pct,
                      min_confidence=policy.min_evidence_confidence, ttl_s=policy.evidence_ttl_s, now=now)
-    origin = f"file {path.name} imported {now.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    signed = f", signed by fleet key {key_id(key)}" if key is not None else ""
+    origin = f"file {path.name} imported {now.strftime('%Y-%m-%dT%H:%M:%SZ')}{signed}"
     with store(args.db) as engine, session_scope(engine) as session:
         result = import_records(session, [rec for _, rec in numbered], origin=origin)
         if result.conflicts:

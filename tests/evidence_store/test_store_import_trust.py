@@ -91,3 +91,67 @@ def test_export_to_standard_output_and_refusals(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a regular file"):
         write_export(link, [_exported("p4")])
     assert link.is_symlink()
+
+
+def test_signed_exports_verify_and_tampering_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evidence_store.cli_support import key_id, read_export
+
+    key = b"fleet-key-0123456789abcdef"
+    signed = tmp_path / "signed.jsonl"
+    write_export(signed, [_exported("s1"), _exported("s2")], key=key)
+    lines = signed.read_text().splitlines()
+    assert json.loads(lines[0])["key_id"] == key_id(key) and "hmac_sha256" in json.loads(lines[-1])
+    assert [r.probe_id for _, r in read_export(signed, key=key)] == ["s1", "s2"]
+    assert len(read_export(signed)) == 2  # without a fleet key the records are still checked and read
+
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text(signed.read_text().replace('"outcome":"safe"', '"outcome":"unsafe"', 1))
+    with pytest.raises(InputError, match="changed after it was signed"):
+        read_export(tampered, key=key)
+    with pytest.raises(InputError, match="another key"):
+        read_export(signed, key=b"another-key-0123456789")
+    unsigned = tmp_path / "unsigned.jsonl"
+    write_export(unsigned, [_exported("u1")])
+    with pytest.raises(InputError, match="not signed"):
+        read_export(unsigned, key=key)
+    dropped = tmp_path / "dropped.jsonl"  # the signature line removed
+    dropped.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(InputError, match="signature line"):
+        read_export(dropped, key=key)
+
+
+def test_the_cli_signs_and_verifies_with_the_operator_key(tmp_path: Path) -> None:
+    import subprocess
+
+    from evidence_store.engine import upgrade
+    from tests.conftest import canary_cmd, cli_env
+
+    keyfile = tmp_path / "fleet.key"
+    keyfile.write_text("0123456789abcdef0123456789abcdef\n")
+    source, target = f"sqlite:///{tmp_path / 'a.sqlite3'}", f"sqlite:///{tmp_path / 'b.sqlite3'}"
+    upgrade(source)
+    upgrade(target)
+    from evidence_store.engine import make_engine
+
+    eng = make_engine(source)
+    try:
+        with session_scope(eng) as session:
+            repo.record_evidence(session, evidence("cli-1", created_at=NOW))
+    finally:
+        eng.dispose()
+    env = cli_env(tmp_path) | {"CANARY_FLEET_KEY_FILE": str(keyfile)}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*canary_cmd(), *argv], capture_output=True, text=True, env=env, timeout=60)
+
+    dump = tmp_path / "dump.jsonl"
+    assert run("--db", source, "evidence", "export", str(dump)).returncode == 0
+    stdout_dump = run("--db", source, "evidence", "export", "-")
+    assert stdout_dump.returncode == 0 and stdout_dump.stdout.splitlines()[0] == dump.read_text().splitlines()[0]
+    assert "exported 1" in stdout_dump.stderr and not (tmp_path / "-").exists()
+    other_key = tmp_path / "other.key"
+    other_key.write_text("ffffffffffffffffffffffffffffffff")
+    refused = run("--db", target, "evidence", "import", str(dump), "--key", str(other_key))
+    assert refused.returncode == 2 and "another key" in refused.stderr
+    imported = run("--db", target, "evidence", "import", str(dump), "--policy", "default")
+    assert imported.returncode == 0, imported.stderr

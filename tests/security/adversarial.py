@@ -322,6 +322,17 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
     files["imp_blank_line"] = HEADER + "\n\n" + json.dumps(rec()) + "\n"
     files["imp_crlf_binary"] = (HEADER + "\r\n").encode() + b"\xff\xfe\x00garbage\n"
 
+    # Signed with the fleet key, then edited; and unsigned, where the fleet requires a signature.
+    from evidence_store.cli_support import _export_lines
+    from evidence_store.schemas import EvidenceOut
+
+    fleet_key = b"adversarial-fleet-key-0123456789"
+    signed = "".join(_export_lines([EvidenceOut.model_validate(rec())], fleet_key))
+    files["imp_signed_tampered"] = signed.replace('"outcome":"safe"', '"outcome":"unsafe"')
+    files["imp_signed_truncated"] = "".join(signed.splitlines(keepends=True)[:-1])
+    files["fleet_key"] = fleet_key.decode()
+    files["short_key"] = "short"
+
     out: dict[str, str] = {}
     for name, content in files.items():
         path = folder / (f"{name}.jsonl" if name.startswith("imp_") else f"{name}.yaml")
@@ -486,6 +497,14 @@ COMMAND_CASES = [
     _c("export-missing-dir", "--db {store} evidence export {dir}/no/such/out.jsonl", 2, "does not exist"),
     _c("import-dev-zero", "--db {store} evidence import /dev/zero", 2, "not a regular file"),
     _c("import-missing", "--db {store} evidence import {dir}/nope.jsonl", 2, "not found"),
+    _c("import-signed-tampered", "--db {store} evidence import {imp_signed_tampered} --key {fleet_key}", 2,
+       "changed after it was signed"),
+    _c("import-signed-truncated", "--db {store} evidence import {imp_signed_truncated} --key {fleet_key}", 2,
+       "signature line"),
+    _c("import-unsigned-with-key", "--db {store} evidence import {imp_good} --key {fleet_key}", 2, "not signed"),
+    _c("import-short-key", "--db {store} evidence import {imp_good} --key {short_key}", 2, "16 to"),
+    _c("import-missing-key", "--db {store} evidence import {imp_good} --key {dir}/none.key", 2, "not found"),
+    _c("export-key-is-dir", "--db {store} evidence export {dir}/out.jsonl --key {a_directory}", 2, "regular file"),
     _c("import-bad-policy", "--db {store} evidence import {imp_good} --policy {pol_ttl_inf}", 2, "finite"),
     _c("feedback-nan", "--db {store} feedback h100 {profile} --resident {resident} --resident-name x "
        "--slowdown-pct nan", 2, "--slowdown-pct"),
