@@ -529,6 +529,9 @@ COMMAND_CASES = [
     _c("fit-unknown-policy", "--db {store} fit h100 {profile} --policy nosuchpolicy", 2, "no policy named"),
     _c("admit-unknown-device", "--db {store} admit h9000 {profile}", 2, "unknown device"),
     _c("admit-seed-str", "--db {store} admit h100 {profile} --seed x", 2, "invalid int"),
+    _c("snapshot-dcgm-binary", "--db {store} snapshot h100 --dcgm {binary}", 2, "not a UTF-8"),
+    _c("snapshot-dcgm-dev-zero", "--db {store} snapshot h100 --dcgm /dev/zero", 2, "not a regular file"),
+    _c("snapshot-dcgm-fifo", "--db {store} snapshot h100 --dcgm {fifo}", 2, "not a regular file"),
     _c("occupancy-unknown-device", "--db {store} occupancy --device h9000 --regs 32 --threads 128", 2, "h9000"),
     _c("unknown-command", "--db {store} frobnicate", 2, "invalid choice"),
 ]
