@@ -87,6 +87,12 @@ class Policy(Model):
         description="executables (argv[0], exactly as written in the profile) the process executor may "
         "start; '*' allows any. Empty by default: a profile cannot make canary run a command",
     )
+    candidate_cubin_dirs: tuple[str, ...] = Field(
+        default=(),
+        description="directories whose cubins the cuda executor may load (a profile's canary.cubin must lie "
+        "inside one, after links are resolved); '*' allows any. Empty by default: a profile cannot make "
+        "canary load GPU code",
+    )
     candidate_environment: tuple[str, ...] = Field(
         default=(),
         description="names of variables of canary's own environment passed on to the candidate, beyond "

@@ -5,7 +5,8 @@ may choose *which* of the operator's allowed endpoints and commands a probe uses
 contacts or runs. Before anything is built, every URL a profile names (``endpoint``,
 ``metrics_url``) must be ``http``/``https`` on a host of the policy's ``probe_hosts`` (loopback by
 default), and a ``process`` executor's command must start with an executable the policy's
-``candidate_commands`` lists (none by default). A refusal is an ``InputError`` (exit 2) naming the
+``candidate_commands`` lists (none by default), and a ``cuda`` executor's cubin must lie in a
+directory of ``candidate_cubin_dirs`` (none by default). A refusal is an ``InputError`` (exit 2) naming the
 profile field; nothing was contacted or started.
 """
 
@@ -78,6 +79,25 @@ def check_command(profile: WorkloadProfile, command: tuple[str, ...], policy: Po
     )
 
 
+def check_cubin(profile: WorkloadProfile, cubin: str, policy: Policy) -> None:
+    """Raise ``InputError`` unless ``cubin`` (links resolved) lies in a directory of
+    ``policy.candidate_cubin_dirs`` (or it holds ``*``)."""
+    from pathlib import Path
+
+    allowed = policy.candidate_cubin_dirs
+    if "*" in allowed:
+        return
+    target = Path(cubin).resolve()
+    for entry in allowed:
+        if target.is_relative_to(Path(entry).resolve()):
+            return
+    raise InputError(
+        f"profile {profile.name!r}: cubin {cubin!r} is not inside a directory of policy {policy.name!r} "
+        f"candidate_cubin_dirs ({', '.join(allowed) or 'none'}); an operator must allow it",
+        field="canary.cubin",
+    )
+
+
 def check_profile(profile: WorkloadProfile, policy: Policy, *, as_candidate: bool) -> None:
     """Every URL and command the profile's ``canary`` section names, checked against the policy."""
     spec = profile.canary
@@ -89,6 +109,8 @@ def check_profile(profile: WorkloadProfile, policy: Policy, *, as_candidate: boo
         check_url(profile, "metrics_url", spec.metrics_url, policy)
     if as_candidate and spec.executor == "process":
         check_command(profile, spec.command or (), policy)
+    if as_candidate and spec.executor == "cuda":
+        check_cubin(profile, spec.cubin or "", policy)
 
 
 def make_executor(

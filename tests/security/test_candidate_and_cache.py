@@ -216,3 +216,23 @@ def test_a_cache_writable_by_others_is_ignored(tmp_path: Path, monkeypatch: pyte
         assert catalog.all_devices() == good
     finally:
         catalog.all_devices.cache_clear()
+
+
+def test_a_profile_cannot_make_canary_load_gpu_code_from_anywhere(tmp_path: Path) -> None:
+    allowed_dir = tmp_path / "cubins"
+    allowed_dir.mkdir()
+    inside = allowed_dir / "k.cubin"
+    inside.write_bytes(b"\x7fELF")
+    outside = tmp_path / "elsewhere.cubin"
+    outside.write_bytes(b"\x7fELF")
+    sneaky = allowed_dir / "link.cubin"
+    sneaky.symlink_to(outside)  # a link out of the allowed directory does not count as inside
+    policy = _policy(candidate_cubin_dirs=(str(allowed_dir),))
+    check_profile(profile("c", executor="cuda", cubin=str(inside), kernel="k"), policy, as_candidate=True)
+    for cubin in (outside, sneaky, allowed_dir / ".." / "elsewhere.cubin"):
+        with pytest.raises(InputError, match="candidate_cubin_dirs") as info:
+            check_profile(profile("c", executor="cuda", cubin=str(cubin), kernel="k"), policy, as_candidate=True)
+        assert info.value.field == "canary.cubin"
+    with pytest.raises(InputError, match="candidate_cubin_dirs"):
+        check_profile(profile("c", executor="cuda", cubin=str(inside), kernel="k"), load_policy("default"),
+                      as_candidate=True)
