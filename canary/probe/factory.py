@@ -103,8 +103,20 @@ def check_profile(profile: WorkloadProfile, policy: Policy, *, as_candidate: boo
     spec = profile.canary
     if spec is None:
         return
-    if spec.endpoint and ((as_candidate and spec.executor == "process") or (not as_candidate and spec.monitor == "http")):
+    uses_endpoint = (as_candidate and spec.executor == "process") or (not as_candidate and spec.monitor == "http")
+    if spec.endpoint and uses_endpoint:
         check_url(profile, "endpoint", spec.endpoint, policy)
+        # The URLs really requested are endpoint + path: a path such as "@169.254.169.254/" would turn
+        # the endpoint's host into user-info, so the joined URL is checked too.
+        base = spec.endpoint.rstrip("/")
+        paths = [("request_path", spec.request_path)]
+        if as_candidate and spec.ready_path is not None:
+            paths.append(("ready_path", spec.ready_path))
+        for field, path in paths:
+            if not path.startswith("/") or any(c in path for c in "\\\r\n\t "):
+                raise InputError(f"profile {profile.name!r}: {path!r} must be a path starting with '/'",
+                                 field=f"canary.{field}")
+            check_url(profile, field, base + path, policy)
     if not as_candidate and spec.monitor == "prometheus" and spec.metrics_url:
         check_url(profile, "metrics_url", spec.metrics_url, policy)
     if as_candidate and spec.executor == "process":

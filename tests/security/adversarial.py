@@ -201,6 +201,11 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
     files["r_monitor_userinfo"] = y({**resident, "canary": {"monitor": "http", "endpoint": "http://u:p@127.0.0.1:9"}})
     files["r_monitor_file"] = y({**resident, "canary": {"monitor": "http", "endpoint": "file:///etc/passwd"}})
     files["r_monitor_gopher"] = y({**resident, "canary": {"monitor": "http", "endpoint": "gopher://127.0.0.1:6379/_x"}})
+    files["r_monitor_path_userinfo"] = y({**resident, "canary": {
+        "monitor": "http", "endpoint": "http://127.0.0.1:8000", "request_path": "@169.254.169.254/latest"}})
+    files["p_ready_path_userinfo"] = y({**profile, "canary": {
+        "executor": "process", "command": ["/bin/true"], "endpoint": "http://127.0.0.1:8000",
+        "ready_path": "@10.0.0.1/ready"}})
     files["r_monitor_evil_dns"] = y({**resident, "canary": {"monitor": "http", "endpoint": "http://127.0.0.1.nip.io:80"}})
 
     # --- snapshots -----------------------------------------------------------------------------------
@@ -262,6 +267,8 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
     files["plan_unknown_device"] = plan([{"device": "h9000", "candidate": str(PROFILE)}])
     files["plan_bomb_candidate"] = plan([{"device": "h100", "candidate": "bomb.yaml"}])
     files["plan_bad_policy"] = plan([{**good_pair, "policy": "pol_ttl_inf.yaml"}])
+    # A policy decides what a probe may contact and run: a plan may not bring its own.
+    files["plan_own_policy"] = plan([{**good_pair, "policy": str(folder / "pol_env_canary.yaml")}])
     files["plan_unknown_policy"] = plan([{**good_pair, "policy": "no-such-policy"}])
     files["plan_bad_regime"] = plan([{**good_pair, "regime": "mps:500"}])
     files["plan_ssrf_resident"] = plan([{**good_pair, "residents": ["r_monitor_remote.yaml"]}])
@@ -421,7 +428,7 @@ POLICY_CASES = [
 
 PLAN_CASES = [
     ("plan_missing_candidate", "pair 2"), ("plan_missing_device_file", "pair 1"), ("plan_unknown_device", "h9000"),
-    ("plan_bomb_candidate", "aliases"), ("plan_bad_policy", "finite"), ("plan_unknown_policy", "no policy named"),
+    ("plan_bomb_candidate", "aliases"), ("plan_bad_policy", "not a file"), ("plan_own_policy", "not a file"), ("plan_unknown_policy", "no policy named"),
     ("plan_bad_regime", "regime"), ("plan_ssrf_resident", "probe_hosts"), ("plan_cmd_candidate", "candidate_commands"),
     ("plan_budget_inf", "finite"), ("plan_budget_neg", "budget_s"), ("plan_concurrency_huge", "concurrency"),
     ("plan_no_pairs", "pairs"), ("plan_pairs_str", "pairs"), ("plan_dev_candidate", "not a regular file"),
@@ -453,6 +460,9 @@ PROBE_TRUST_CASES = [
        "credentials"),
     _c("admit-resident-file-url", "--db {store} admit h100 {profile} --resident {r_monitor_file}", 2, "http"),
     _c("admit-resident-gopher", "--db {store} admit h100 {profile} --resident {r_monitor_gopher}", 2, "http"),
+    _c("admit-resident-path-userinfo", "--db {store} admit h100 {profile} --resident {r_monitor_path_userinfo}", 2,
+       "request_path"),
+    _c("admit-ready-path-userinfo", "--db {store} admit h100 {p_ready_path_userinfo}", 2, "ready_path"),
     _c("admit-resident-dns", "--db {store} admit h100 {profile} --resident {r_monitor_evil_dns}", 2, "probe_hosts"),
     _c("admit-snapshot-ssrf", "--db {store} admit {s_inline_ssrf} {profile}", 2, "probe_hosts"),
     _c("admit-snapshot-ssrf-prom", "--db {store} admit {s_inline_ssrf_prom} {profile}", 2, "probe_hosts"),

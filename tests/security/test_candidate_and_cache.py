@@ -236,3 +236,18 @@ def test_a_profile_cannot_make_canary_load_gpu_code_from_anywhere(tmp_path: Path
     with pytest.raises(InputError, match="candidate_cubin_dirs"):
         check_profile(profile("c", executor="cuda", cubin=str(inside), kernel="k"), load_policy("default"),
                       as_candidate=True)
+
+
+@pytest.mark.parametrize(
+    ("canary", "field"),
+    [
+        pytest.param({"monitor": "http", "endpoint": "http://127.0.0.1:80", "request_path": "@169.254.169.254/x"},
+                     "canary.request_path", id="path-turns-host-into-userinfo"),
+        pytest.param({"monitor": "http", "endpoint": "http://127.0.0.1:80", "request_path": "metrics"},
+                     "canary.request_path", id="path-without-slash"),
+    ],
+)
+def test_the_joined_url_is_what_is_checked(canary: dict[str, str], field: str) -> None:
+    with pytest.raises(InputError) as info:
+        check_profile(profile("r", **canary), load_policy("default"), as_candidate=False)
+    assert info.value.field == field
