@@ -33,16 +33,27 @@ def sqlite_file(url: str) -> Path | None:
 _SECRET_KEYS = ("password", "passwd", "pwd", "sslpassword", "passfile", "sslkey")
 
 
+def _hide_userinfo(part: str) -> str:
+    head, at, tail = part.rpartition("@")
+    if not at or ":" not in head:
+        return part
+    return f"{head.split(':', 1)[0]}:***@{tail}"
+
+
 def redact_url(text: str) -> str:
     """``text`` (a store URL or a key=value connection string) with every password replaced by ``***``:
-    the user-info password, ``?password=`` query parameters, ``password=…`` pairs. Stdlib only."""
+    any ``password=…`` (query parameter or key=value pair, quoted or not) and any user-info password
+    (``user:secret@``, up to the last ``@``). Over-redacts rather than risk a secret. Stdlib only."""
     import re
 
     keys = "|".join(_SECRET_KEYS)
-    out = re.sub(r"(://[^:/?#@\s]*):[^@/?#\s]*@", r"\1:***@", text)
-    out = re.sub(rf"(?i)([?&;](?:{keys})=)[^&#\s]*", r"\1***", out)
-    out = re.sub(rf"(?i)(^|\s)((?:{keys})\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", r"\1\2***", out)
-    return out
+    out = re.sub(rf"(?i)((?:{keys})\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&#\s;]*)", r"\1***", text)
+
+    def token(match: re.Match[str]) -> str:
+        scheme, sep, rest = match.group().partition("://")
+        return _hide_userinfo(scheme) + sep + _hide_userinfo(rest) if sep else _hide_userinfo(scheme)
+
+    return re.sub(r"\S+", token, out)
 
 
 def check_db_url(url: str) -> None:
@@ -68,7 +79,7 @@ def check_db_url(url: str) -> None:
     scheme = url.split("://", 1)[0].lower()
     backend = scheme.split("+", 1)[0]
     if backend not in ("sqlite", "postgresql", "postgres"):
-        raise bad(f"unsupported database {backend!r} in {shown}: use sqlite:///PATH or postgresql://…")
+        raise bad(f"unsupported database in {shown}: use sqlite:///PATH or postgresql://…")
     if backend == "sqlite":
         rest = url.split("://", 1)[1]
         if not rest.startswith("/") and rest not in ("",):
