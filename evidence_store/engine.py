@@ -375,6 +375,7 @@ def open_store(url: str | None = None, *, retry: RetryPolicy | None = None) -> E
 
 
 def _migrate(url: str | None, action: Callable[[Config], None], retry: RetryPolicy | None) -> None:
+    from alembic.util import CommandError
     # Foreign keys off on SQLite while migrating: batch mode rebuilds tables by copy-and-rename,
     # which a referencing table would otherwise block; the check after the run restores the guarantee.
     engine = make_engine(url, retry=retry, sqlite_foreign_keys=False)
@@ -393,14 +394,28 @@ def _migrate(url: str | None, action: Callable[[Config], None], retry: RetryPoli
                         )
     except exc.SQLAlchemyError as err:
         raise translate(err, engine.url) from err
+    except CommandError as err:  # an unknown or unreachable revision: nothing was migrated (rolled back)
+        raise InputError(f"{str(err).splitlines()[0]}; nothing was changed", field="REV") from err
     finally:
         engine.dispose()
+
+
+def check_revision(revision: str) -> None:
+    """Raise ``InputError`` unless ``revision`` is ``head``, ``heads``, ``base``, a relative step
+    (``-1``, ``+2``) or a revision this canary knows."""
+    if revision in ("head", "heads", "base") or re.fullmatch(r"[+-][1-9][0-9]{0,2}", revision):
+        return
+    script = _script_directory()
+    if not re.fullmatch(r"[0-9a-f]{4,40}", revision) or not _known_revision(script, revision):
+        known = ", ".join(sorted(r.revision for r in script.walk_revisions()))
+        raise InputError(f"unknown revision {revision[:60]!r} (known: head, base, -N, +N, {known})", field="REV")
 
 
 def upgrade(url: str | None = None, revision: str = "head", *, retry: RetryPolicy | None = None) -> None:
     """Migrate the store up to ``revision`` (default: the newest) in one transaction."""
     from alembic import command
 
+    check_revision(revision)
     _migrate(url, lambda config: command.upgrade(config, revision), retry)
 
 
@@ -408,6 +423,7 @@ def downgrade(url: str | None, revision: str, *, retry: RetryPolicy | None = Non
     """Migrate the store down to ``revision`` (``base`` removes every table) in one transaction."""
     from alembic import command
 
+    check_revision(revision)
     _migrate(url, lambda config: command.downgrade(config, revision), retry)
 
 

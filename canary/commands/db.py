@@ -81,9 +81,10 @@ def _rows_at_risk(url: str | None) -> str:
 
 def run_downgrade(args: argparse.Namespace) -> int:
     from canary.errors import UsageError
-    from evidence_store.engine import current, downgrade, redact
+    from evidence_store.engine import check_revision, current, downgrade, redact
     from evidence_store.location import default_db_url
 
+    check_revision(args.revision)
     if not args.yes:
         at = ", ".join(current(args.db)) or "no schema"
         where = redact(args.db or default_db_url())

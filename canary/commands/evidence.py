@@ -75,10 +75,10 @@ def run_list(args: argparse.Namespace) -> int:
     from evidence_store.models import Evidence
     from evidence_store.repository import list_evidence
 
-    if args.limit < 0:
+    if not 0 <= args.limit <= 10**9:
         from canary.errors import UsageError
 
-        raise UsageError("must be 0 (all) or more", field="--limit")
+        raise UsageError("must be 0 (all) or a count up to 10**9", field="--limit")
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
         records = list_evidence(
             session,
