@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "db",
     "envelope",
     "bench",
+    "sim",
 )
 
 

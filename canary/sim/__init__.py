@@ -3,7 +3,8 @@
 A model, not a GPU (see docs/simulator.md): occupancy rules for SM residency, proportional DRAM
 bandwidth sharing, kernel-granularity serialization when SMs are oversubscribed, time slices
 between contexts, request queueing for serving workloads, seeded noise. Its global contention
-parameters are calibrated on Gavel's measured V100 co-location throughputs.
+parameters are calibrated on Gavel's measured co-location throughputs
+(``calibrated_regime()`` returns the regime and parameters the calibration chose).
 
 Names are loaded on first use so that ``import canary.sim`` stays light (numpy is imported only
 when a device is built).
@@ -17,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from canary.sim.device import SimDevice, SimOutOfMemory, SimPlacementError, SimWindow, parse_regime
     from canary.sim.model import ContentionParams, Traits, derive_traits
-    from canary.sim.params import CALIBRATED
+    from canary.sim.params import CALIBRATED, CalibratedRegime, calibrated_regime
     from canary.sim.truth import PairTruth, percentile_ms, true_pair_slowdown
 
 __all__ = [
     "CALIBRATED",
+    "CalibratedRegime",
     "ContentionParams",
     "PairTruth",
     "SimDevice",
@@ -29,6 +31,7 @@ __all__ = [
     "SimPlacementError",
     "SimWindow",
     "Traits",
+    "calibrated_regime",
     "derive_traits",
     "parse_regime",
     "percentile_ms",
@@ -37,6 +40,8 @@ __all__ = [
 
 _WHERE = {
     "CALIBRATED": "canary.sim.params",
+    "CalibratedRegime": "canary.sim.params",
+    "calibrated_regime": "canary.sim.params",
     "ContentionParams": "canary.sim.model",
     "Traits": "canary.sim.model",
     "derive_traits": "canary.sim.model",

@@ -1,4 +1,5 @@
-"""A simulator profile for each of Gavel's 26 V100 job types, with the basis of every number.
+"""A simulator profile for each of Gavel's 26 job types (V100, and any device via
+:func:`gavel_jobs_on`), with the basis of every number.
 
 Each job is a training loop: one step = one GPU burst (``duty_cycle`` of the step) followed by host
 work (data loading, Python, optimizer bookkeeping) while the GPU idles. The simulator needs four
@@ -9,7 +10,7 @@ numbers per job besides its measured step time:
 - ``dram_intensity``: time fraction spent in memory-bound kernels;
 - ``kernel_time_us``: mean kernel duration (busy time per step / kernels per step).
 
-**Grounded** numbers come from ``../shared/data/orion-kernels`` (per-kernel V100 traces of the same
+**Grounded** numbers come from ``canary/sim/data/orion-kernels`` (per-kernel V100 traces of the same
 model: columns ``Profile`` 1 = compute-bound, 0 = memory-bound, −1 = unclassified; ``SM_usage`` =
 SMs the grid needs; ``Duration`` in ns) and from Gavel's isolated step times. **Declared** numbers
 (no kernel trace of that model exists in the data) are estimates from the model's architecture,
@@ -24,10 +25,15 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from canary.profile import MemoryEnvelope, Phase, Provenance, SharingModes, WorkloadProfile
+
+if TYPE_CHECKING:
+    from canary.catalog import DeviceSpec
 
 V100_SM_COUNT = 80
 
@@ -313,6 +319,43 @@ def _job(name: str) -> GavelJob:
 def gavel_jobs() -> dict[str, GavelJob]:
     """Every Gavel V100 job type with its simulator numbers, keyed by Gavel's job name."""
     return {name: _job(name) for name in GAVEL_ISOLATED_STEPS_PER_S}
+
+
+def gavel_jobs_on(spec: DeviceSpec, isolated_steps_per_s: Mapping[str, float]) -> dict[str, GavelJob]:
+    """Gavel's job types on another device, from that device's measured isolated throughputs.
+
+    Per job: the step time is the one measured on ``spec``; the host time per step is held at its
+    V100 value (a property of the job and the host, not of the GPU), so the GPU-busy time and duty
+    cycle follow (the GPU part at least ``MIN_GPU_FRACTION`` of the step); grids keep their block
+    counts, so the SM share scales by 80 / ``spec.sm_count`` (capped at 1); the mean kernel time
+    scales with the GPU-busy time. Job types with no V100 profile are left out (the caller says
+    so); a device with no SM count in the catalog cannot be profiled (``KeyError`` from lookup)."""
+    from canary.sim.pair_model import MIN_GPU_FRACTION
+
+    out: dict[str, GavelJob] = {}
+    for name, tput in isolated_steps_per_s.items():
+        if name not in GAVEL_ISOLATED_STEPS_PER_S or tput <= 0:
+            continue
+        v100 = _job(name)
+        host_ms = v100.step_time_ms * (1.0 - v100.duty_cycle)
+        step_ms = 1000.0 / tput
+        gpu_ms = max(step_ms - host_ms, MIN_GPU_FRACTION * step_ms)
+        v100_gpu_ms = v100.step_time_ms * v100.duty_cycle
+        out[name] = replace(
+            v100,
+            step_time_ms=step_ms,
+            duty_cycle=gpu_ms / step_ms,
+            sm_share=min(1.0, v100.sm_share * V100_SM_COUNT / spec.sm_count),
+            kernel_time_us=v100.kernel_time_us * gpu_ms / v100_gpu_ms,
+            basis={
+                **v100.basis,
+                "step": f"Gavel {spec.name} isolated throughput {tput:.3f} steps/s",
+                "duty_cycle": f"1 - host/step; host {host_ms:.1f} ms held at its V100 value",
+                "sm_share": f"{v100.basis.get('sm_share', '')}; x 80/{spec.sm_count} SMs (same grids)",
+                "kernel_time_us": "V100 mean kernel time x (GPU time here / GPU time on V100)",
+            },
+        )
+    return out
 
 
 def orion_summary(

@@ -32,7 +32,7 @@ Kind = Literal["serving", "batch"]
 MAX_CYCLE_S = 1.0
 
 # Mean kernel duration where the profile gives none. Orion's V100 training traces
-# (../shared/data/orion-kernels/*_fb1.csv) have mean kernel durations of 29-123 µs; 50 µs sits in
+# (canary/sim/data/orion-kernels/*_fb1.csv) have mean kernel durations of 29-123 µs; 50 µs sits in
 # that range. Only the ratio of two workloads' kernel durations matters (see serialization), so two
 # workloads that both fall back to it are treated alike.
 DEFAULT_KERNEL_TIME_US = 50.0

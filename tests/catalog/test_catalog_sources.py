@@ -113,6 +113,11 @@ def test_architecture_numbers_are_consistent(spec: DeviceSpec) -> None:
         assert spec.compute_capability is not None and spec.cdna is None
         assert spec.warp_size == 32
         assert spec.pci_vendor_id == 0x10DE
+        if spec.compute_capability < (7, 0):
+            # Pre-Volta (P100, K80): no shared-memory opt-in, no green contexts, 16 MPS clients.
+            assert spec.shared_memory_per_block_optin_bytes == spec.shared_memory_per_block_bytes
+            assert spec.green_min_partition_sms is None and spec.mps_max_clients == 16
+            return
         # Devices report opt-in = shared memory per SM - the per-block reservation (gpu-facts §2).
         assert (
             spec.shared_memory_per_block_optin_bytes
