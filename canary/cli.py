@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from canary.errors import EXIT_BAD_INPUT, EXIT_OPERATIONAL, CanaryError
+from canary.errors import EXIT_BAD_INPUT, EXIT_OPERATIONAL, CanaryError, printable
 
 # command group → module under canary.commands. Order is the order of `canary --help`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -79,8 +79,8 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
 
             check_db_url(args.db)
         return handler(args)
-    except CanaryError as exc:
-        sys.stderr.write(f"canary: {exc}\n")
+    except CanaryError as exc:  # control characters from names on the command line are shown escaped
+        sys.stderr.write("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("canary: interrupted\n")

@@ -505,6 +505,7 @@ COMMAND_CASES = [
     _c("downgrade-unknown-rev", "--db {store} db downgrade nonsense --yes", 2, "unknown revision"),
     _c("downgrade-too-far", "--db {store} db downgrade -9 --yes", 2, "nothing was changed"),
     _c("upgrade-too-far", "--db {store} db upgrade +5", 2, "nothing was changed"),
+    Case("control-chars-in-path", ("--db", "{store}", "fit", "h100", "{dir}/x\r\x1b[2Kfake ok"), 2, "\\r\\x1b"),
     _c("list-limit-str", "--db {store} evidence list --limit many", 2, "invalid int"),
     _c("release-unknown", "--db {store} reservations release nope", 2, "no reservation"),
     _c("export-dev-null", "--db {store} evidence export /dev/null", 2, "not a regular file"),
