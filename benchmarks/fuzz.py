@@ -95,8 +95,9 @@ def main() -> int:
                                            suppress_health_check=list(HealthCheck))(given(strategy)(counted_check)))
             try:
                 test()
-            except AssertionError as exc:
-                result = f"FAILED (seed {run_seed}): {str(exc).splitlines()[0][:300]}"
+            except Exception as exc:  # an assertion of a target, or several (hypothesis groups them)
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                result = f"FAILED (seed {run_seed}): {first[:300]}"
                 failed = True
                 break
             run_seed += 1

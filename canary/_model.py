@@ -169,6 +169,8 @@ def read_text_limited(path: str | Path, *, limit: int = MAX_DOCUMENT_BYTES, what
         raise InputError("file not found", file=file) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=file) from None
+    except ValueError:  # a NUL byte in the name
+        raise InputError("not a file name (holds a NUL character)", file=file) from None
     if stat.S_ISDIR(info.st_mode):
         raise InputError(f"is a directory, expected {what}", file=file)
     if not stat.S_ISREG(info.st_mode):

@@ -87,6 +87,11 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except ValueError as exc:  # os.stat/open on a name with a NUL byte: bad input, not a crash
+        if "null" not in str(exc):
+            raise
+        sys.stderr.write("canary: a file name on the command line holds a NUL character\n")
+        return EXIT_BAD_INPUT
     except OSError as exc:  # unreadable files etc. that escaped a command's own checks
         sys.stderr.write(f"canary: {exc.strerror or exc}: {exc.filename or ''}\n")
         return EXIT_OPERATIONAL

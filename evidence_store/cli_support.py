@@ -220,6 +220,8 @@ def read_fleet_key(path: str | None) -> bytes | None:
         raise InputError("fleet key file not found", file=path, field="--key") from None
     except OSError as err:
         raise InputError(f"cannot read the fleet key: {err.strerror}", file=path, field="--key") from None
+    except ValueError:
+        raise InputError("not a file name (holds a NUL character)", file=path, field="--key") from None
     if not MIN_KEY_BYTES <= len(key) <= MAX_KEY_BYTES:
         raise InputError(f"a fleet key holds {MIN_KEY_BYTES} to {MAX_KEY_BYTES} bytes", file=path, field="--key")
     return key
@@ -238,6 +240,8 @@ def check_export_target(path: Path) -> None:
         return
     except OSError as err:
         raise InputError(f"cannot use as export target: {err.strerror}", file=str(path)) from None
+    except ValueError:
+        raise InputError("not a file name (holds a NUL character)", file=str(path)) from None
     if stat.S_ISDIR(info.st_mode):
         raise InputError("is a directory; give a file name", file=str(path))
     if not stat.S_ISREG(info.st_mode):
@@ -329,6 +333,8 @@ def read_export(path: Path, *, key: bytes | None = None) -> list[tuple[int, Evid
         raise InputError("file not found", file=name) from None
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
+    except ValueError:  # a NUL byte in the name
+        raise InputError("not a file name (holds a NUL character)", file=name) from None
     if len(raw) > MAX_IMPORT_BYTES:
         raise InputError(f"larger than {MAX_IMPORT_BYTES} bytes (limit MAX_IMPORT_BYTES)", file=name)
     try:

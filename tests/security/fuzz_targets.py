@@ -166,12 +166,18 @@ cli_argvs = st.tuples(st.sampled_from(_COMMANDS), st.lists(st.sampled_from(_TOKE
                                                            max_size=8))
 
 
+def _fill(token: str, paths: dict[str, str]) -> str:
+    for name, value in paths.items():
+        token = token.replace("{" + name + "}", value)
+    return token
+
+
 def check_cli(command: list[str], tokens: list[str], *, store: str, paths: dict[str, str]) -> None:
     """One CLI run in-process: an exit code of the contract, no traceback, at most one message line
     on a refusal, and the store unchanged unless the command succeeded."""
     from canary.cli import _run, build_parser
 
-    argv = ["--db", store, *command, *(t.format(**paths) if "{" in t and "}" in t else t for t in tokens)]
+    argv = ["--db", store, *command, *(_fill(t, paths) for t in tokens)]
     before = store_digest(store)
     err = io.StringIO()
     out = io.StringIO()
