@@ -67,8 +67,24 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES, prog: str = "canary")
     return parser
 
 
+def _single_positionals(parser: argparse.ArgumentParser) -> set[str]:
+    """Destinations of positional arguments that take exactly one value, in the whole parser tree."""
+    dests: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                dests |= _single_positionals(sub)
+        elif not action.option_strings and action.nargs is None:
+            dests.add(action.dest)
+    return dests
+
+
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
+    for dest in _single_positionals(parser):
+        # argparse leaves [] in a one-value positional for "PROFILE -- --" instead of refusing it
+        if isinstance(getattr(args, dest, None), list):
+            parser.error(f"argument {dest.upper()}: expected one value")
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

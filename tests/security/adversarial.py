@@ -511,6 +511,7 @@ COMMAND_CASES = [
     Case("fit-nul-profile", ("--db", "{store}", "fit", "h100", "a\x00b.yaml"), 2, "nul"),
     Case("fit-nul-device", ("--db", "{store}", "fit", "a\x00b.yaml", "{profile}"), 2, "nul"),
     Case("import-nul-key", ("--db", "{store}", "evidence", "import", "{imp_good}", "--key", "k\x00"), 2, "nul"),
+    _c("double-dash-twice", "--db {store} fit {profile} -- --", 2, "expected one value"),
     _c("list-limit-str", "--db {store} evidence list --limit many", 2, "invalid int"),
     _c("release-unknown", "--db {store} reservations release nope", 2, "no reservation"),
     _c("export-dev-null", "--db {store} evidence export /dev/null", 2, "not a regular file"),
