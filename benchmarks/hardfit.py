@@ -61,7 +61,7 @@ def bench_check(n: int) -> dict[str, float]:
                                observed_memory_bytes=GiB) for i in range(8))
     snap = DeviceSnapshot(device_type="h100-sxm", compute_mode="DEFAULT", mig=MigState(enabled=False),
                           mps=MpsState(running=True, clients=8, max_clients=48, pinned_memory_limit_bytes=40 * GiB),
-                          memory_total_bytes=80 * GiB, memory_used_bytes=10 * GiB, memory_reserved_bytes=GiB,
+                          memory_total_bytes=80 * GiB, memory_used_bytes=8 * GiB, memory_reserved_bytes=GiB,
                           residents=residents)
     cand = workload(rng, "c", 0, True)
     regime = parse_regime("mps:25")

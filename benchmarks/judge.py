@@ -1,381 +1,586 @@
-"""The sequential judge against a Kayenta-style fixed-horizon Mann-Whitney judge, on the simulator.
+"""The sequential judge against fixed-horizon and uncorrected tests, on stress families of window data.
 
-    python benchmarks/judge.py [--trials 1000] [--workers 2] [--seed 0]
+    python benchmarks/judge.py [--trials 1000] [--seed 0] [--workers 1] [--json PATH] [--plot PNG]
+                               [--families a,b] [--horizon 120]
 
-Every trial runs one probe's windows on a fresh, seeded ``canary.sim.SimDevice`` (H100 SXM): the
-resident alone for the baseline window, then canary-off / canary-on windows in ABBA order, the
-candidate placed for each on-window and removed after it (exactly what the ``sim`` executor and
-monitor do). The budget is the default policy's ``online-inference`` budget: 60 s, 1 s windows,
-2 s baseline, slowdown bound 10%, confidence 0.95, at least 3 pairs — a horizon of 29 window pairs.
+Every trial is one probe, generated window by window the way the orchestrator measures it: a 2 s
+baseline window of the resident alone, then up to ``HORIZON`` pairs of canary-off / canary-on windows
+in the orchestrator's own schedule (:func:`canary.probe.judge.pair_schedule`: blocks of two pairs in
+a random order, window lengths 0.75–1.25 s). In each window the resident serves Poisson requests
+(50/s; 4.5/s in the *few requests* families) whose latencies are drawn per request from the family's
+distribution, times a time-varying resident factor (drift, step, period), times ``1 + s`` in an
+on-window, where ``s`` is the on-window's slowdown (constant, AR(1) across pairs, or bursts). The
+candidate's requests (exposure) are Poisson, 10/s of on-window. The truth of each family — the ratio
+of the resident's mean latency with the candidate to without, minus one — is ``s``'s long-run mean
+by construction, and the family says it.
 
-Judges, fed the same windows:
+Methods, all fed the same windows and the same per-pair contrast
+``z = (on − (1+b)·off) / ((1+b)·scale)`` (``scale``: mean of the earlier off-windows):
 
-- **sequential** (``canary.probe.judge``): looks after every pair and stops at the first
-  safe/unsafe verdict; *inconclusive* when the horizon ends first. (The orchestrator's per-window
-  slowdown guard and SLO check are off here: this measures the judge alone.)
-- **Kayenta MW**: after the full horizon, a two-sided Mann-Whitney test at confidence 0.98 on the
-  per-window mean latencies (off vs on), with the Hodges-Lehmann estimate and its distribution-free
-  interval; *High* (reject) when the interval's lower bound exceeds 0.25 × |HL| **and** the effect
-  size (ratio of means) exceeds the allowed increase 1 + bound; else *Pass* (admit). Kayenta has no
-  inconclusive outcome.
+- **sequential**: :func:`canary.probe.judge.sequential_paths` exactly as :func:`~canary.probe.judge.judge`
+  runs it after every pair (betting tests, range, burst and dependence rules, futility); stops at the
+  first verdict; *inconclusive* when the horizon ends first. ``+guard`` adds the orchestrator's
+  per-window slowdown guard (an on-window of ≥ 10 requests > 45% slower than the slowest earlier
+  off-window → unsafe) in front of it, as the orchestrator drives it;
+- **fixed-horizon**: a one-sided t-test of ``mean z < 0`` (safe) / ``> 0`` (unsafe) at level α on all
+  usable pairs of the full horizon; *inconclusive* when neither;
+- **every-pair, uncorrected**: the same t-test after every pair (from ``min_pairs``), stopping at the
+  first verdict — what repeated looks without correction do;
+- **Kayenta MW**: Kayenta's MannWhitneyClassifier as configured by default (two-sided, confidence
+  0.98, tolerance 0.25) plus an allowed increase of 1 + bound on the ratio of means, on the per-window
+  means at the full horizon; *admit* unless *High*. It tests "differs from baseline", not "within the
+  bound", and has no inconclusive outcome: it is reported, not used as the exposure yardstick.
 
-Scenario families, resident embedding-service (true slowdown from ``canary.sim.true_pair_slowdown``,
-3 seeds × 200 s). Each family takes the first pair of its list (``FAMILY_SPECS``) whose screened true
-slowdown lies in the family's range under the simulator's current calibration, and prints it:
-
-- *safe*: true slowdown ≤ 3% against the 10% bound;
-- *borderline*: true slowdown 6–25%, judged against a bound set 1 percentage point *below* its
-  measured true slowdown, so the pair is just unsafe and a *safe* verdict is a false admit;
-- *clearly unsafe*: true slowdown ≥ 30% against the 10% bound;
-- *drifting baseline*: the borderline pair while the resident's baseline latency drifts down by
-  0.5% per simulated second (a load that falls during the probe: the drift that would hide a
-  slowdown), same bound.
-
-A **false admit** is an admit (sequential: *safe*; Kayenta: *Pass*) of a pair whose true slowdown
-exceeds the bound. Exposure is the candidate's requests served in the on-windows the judge consumed.
-Every number printed here comes from the simulator.
+Per family and method: false-admit rate (a *safe* verdict when the truth is at or beyond the bound)
+with its standard error, false-reject rate (an *unsafe* verdict when the truth is below the bound),
+inconclusive rate, and median exposure (candidate requests) **per decided trial**. Targets (issue 11):
+false admits ≤ α + 2 SE in every family; median exposure per decided trial ≥ 30% below the
+fixed-horizon test on the clear and moderate families; inconclusive ≤ 5% and false rejects ≤ 5% on the
+clear cases.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
 import math
-import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from canary.policy import load_policy  # noqa: E402
-from canary.probe.judge import JudgeSettings, WindowPair, judge  # noqa: E402
+from canary.probe.judge import (  # noqa: E402
+    JudgeSettings,
+    pair_contrasts,
+    pair_schedule,
+    sequential_paths,
+)
 
-DEVICE = "h100-sxm"
-CANDIDATE_RATE_RPS = 10.0
-CANDIDATE_PRIORITY = 1  # below the resident's 0, as the sim executor places canaries
-KAYENTA_TOLERANCE = 0.25
+BOUND_PCT = 15.0
+CONFIDENCE = 0.95
+MIN_PAIRS = 3
+GUARD_PCT = 45.0
+RANGE_PCT = GUARD_PCT + BOUND_PCT
+GUARD_MIN_SAMPLES = 10
+BURST_RATE_GUARDED = 0.05
+HORIZON = 120
+WINDOW_S = 1.0
+BASELINE_S = 2.0
+RESIDENT_RPS = 50.0
+FEW_RPS = 4.5
+CANDIDATE_RPS = 10.0
+MIN_SAMPLES = 3
 KAYENTA_CONFIDENCE = 0.98
+KAYENTA_TOLERANCE = 0.25
+
+SETTINGS = JudgeSettings(
+    max_resident_slowdown_pct=BOUND_PCT,
+    required_confidence=CONFIDENCE,
+    min_pairs=MIN_PAIRS,
+    min_samples_per_window=MIN_SAMPLES,
+    range_slowdown_pct=RANGE_PCT,
+    burst_rate_guarded=BURST_RATE_GUARDED,
+)
 
 
 @dataclass(frozen=True)
 class Family:
+    """One stress family. ``truth_pct`` is the long-run ratio of mean latencies − 1, by construction."""
+
     name: str
-    resident: str
-    candidate: str
-    regime: str
+    group: str  # clear | moderate | stress
+    truth_pct: float
+    latency: str = "lognormal"  # lognormal (σ 0.5) | lognormal-heavy (σ 1.0) | pareto (α 2.5)
+    rps: float = RESIDENT_RPS
     drift_per_s: float = 0.0
-    # Borderline families are defined by their distance to the bound, not by a fixed bound: the bound
-    # is set this many percentage points *below* the pair's measured true slowdown, so a *safe*
-    # verdict is a false admit whatever the simulator's current calibration makes of the pair.
-    bound_below_truth_pct: float | None = None
+    step_at_fraction: bool = False
+    period_s: float | None = None
+    ar_phi: float | None = None
+    ar_sd: float = 0.0
+    burst_rate: float | None = None
 
 
-RESIDENT = "embedding-service.yaml"
-# Serving candidates only: exposure counts requests (a batch candidate's are steps).
-BORDERLINE_RANGE_PCT = (6.0, 25.0)
-BORDERLINE_CANDIDATES = (
-    ("llm-decode.yaml", "mps:50"),
-    ("llm-decode.yaml", "streams"),
-    ("llm-prefill.yaml", "streams"),
-    ("sd-unet-serving.yaml", "streams"),
-    ("llm-decode.yaml", "timeslice"),
-)
-
-# (family, drift per simulated second, bound set this far below the truth or None, truth range in %
-# that qualifies a pair, candidates in order of preference as (candidate profile, regime)). The pair is
-# chosen by the simulator's current calibration: the first candidate whose screened true slowdown
-# falls in the range (the simulator is a model that gets recalibrated; the families must stay what
-# their names say).
-FAMILY_SPECS: tuple[
-    tuple[str, float, float | None, tuple[float, float], tuple[tuple[str, str], ...]], ...
-] = (
-    (
-        "safe",
-        0.0,
-        None,
-        (-100.0, 3.0),
-        (
-            ("embedding-service.yaml", "mps:50"),
-            ("embedding-service.yaml", "streams"),
-            ("recommender-small-kernels.yaml", "mps:50"),
-            ("sd-unet-serving.yaml", "mps:50"),
-        ),
-    ),
-    (
-        "borderline",
-        0.0,
-        1.0,
-        BORDERLINE_RANGE_PCT,
-        BORDERLINE_CANDIDATES,
-    ),
-    (
-        "clearly unsafe",
-        0.0,
-        None,
-        (30.0, 1000.0),
-        (
-            ("embedding-service.yaml", "timeslice"),
-            ("llm-prefill.yaml", "timeslice"),
-            ("sd-unet-serving.yaml", "timeslice"),
-            ("llm-decode.yaml", "timeslice"),
-        ),
-    ),
-    (
-        "drifting baseline",
-        -0.005,
-        1.0,
-        BORDERLINE_RANGE_PCT,
-        BORDERLINE_CANDIDATES,
-    ),
-)
-
-
-def choose_families() -> list[Family]:
-    """One pair per family spec, screened on the simulator (seed 100, 60 s)."""
-    chosen = []
-    for name, drift, below, (low, high), candidates in FAMILY_SPECS:
-        for candidate, regime in candidates:
-            family = Family(name, RESIDENT, candidate, regime, drift_per_s=drift, bound_below_truth_pct=below)
-            screened = true_slowdown_pct(family, seeds=(100,), duration_s=60.0)
-            if low <= screened <= high:
-                chosen.append(family)
-                break
-        else:
-            raise SystemExit(f"no candidate pair for family {name!r} has a true slowdown in [{low}, {high}]%")
-    return chosen
-
-
-@dataclass(frozen=True)
-class FamilyRow:
-    family: str
-    truth: float
-    bound: float
-    seq_false_admit: float
-    seq_false_reject: float
-    seq_inconclusive: float
-    seq_exposure: float
-    seq_pairs: float
-    mw_false_admit: float
-    mw_false_reject: float
-    mw_exposure: float
-    seq_all: list[int]
-    mw_all: list[int]
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    seq_label: str
-    seq_pairs: int
-    seq_exposure: int
-    mw_admit: bool
-    mw_exposure: int
-
-
-def _profiles(family: Family):  # type: ignore[no-untyped-def]
-    from canary.profile import load_profile
-
-    base = ROOT / "examples" / "profiles"
-    return load_profile(base / family.resident), load_profile(base / family.candidate)
-
-
-def true_slowdown_pct(
-    family: Family, seeds: Sequence[int] = (101, 102, 103), duration_s: float = 200.0
-) -> float:
-    from canary.catalog import lookup
-    from canary.sim import true_pair_slowdown
-
-    resident, candidate = _profiles(family)
-    values = []
-    for seed in seeds:
-        truth = true_pair_slowdown(
-            lookup(DEVICE),
-            resident,
-            candidate,
-            regime=family.regime,
-            seed=seed,
-            duration_s=duration_s,
-            candidate_rate_rps=CANDIDATE_RATE_RPS,
-            candidate_priority=CANDIDATE_PRIORITY,
-        )
-        assert truth.resident_slowdown_pct is not None
-        values.append(truth.resident_slowdown_pct)
-    return statistics.fmean(values)
-
-
-def simulate_windows(family: Family, seed: int, pairs: int, window_s: float, baseline_s: float):  # type: ignore[no-untyped-def]
-    """The full horizon of one probe: ``[(off_ms, on_ms, on_served), …]`` in ABBA order."""
-    from canary.catalog import lookup
-    from canary.sim import SimDevice
-
-    resident, candidate = _profiles(family)
-    dev = SimDevice(lookup(DEVICE), seed=seed, regime=family.regime)
-    r = dev.place(resident, role="resident")
-    dev.run_window(baseline_s)
-    out = []
-    for k in range(pairs):
-        got: dict[str, tuple[list[float], int]] = {}
-        for kind in ("off", "on") if k % 2 == 0 else ("on", "off"):
-            h = (
-                dev.place(
-                    candidate,
-                    role="candidate",
-                    priority=CANDIDATE_PRIORITY,
-                    request_rate_rps=CANDIDATE_RATE_RPS,
-                )
-                if kind == "on"
-                else None
-            )
-            start_s = dev.now_s
-            w = dev.run_window(window_s)
-            served = int(w.requests_served.get(h, 0)) if h is not None else 0
-            if h is not None:
-                dev.remove(h)
-            drift = 1.0 + family.drift_per_s * (start_s + window_s / 2)
-            got[kind] = ([v * drift for v in w.latencies_ms[r]], served)
-        out.append((got["off"][0], got["on"][0], got["on"][1]))
+def families() -> list[Family]:
+    b = BOUND_PCT
+    out = [
+        Family("clear-safe 0%", "clear", 0.0),
+        Family(f"clear-safe {b / 2:g}% (bound/2)", "clear", b / 2),
+        Family(f"clear-unsafe {2 * b:g}% (2x bound)", "clear", 2 * b),
+        Family(f"moderate {b - 2:g}% (bound-2)", "moderate", b - 2),
+        Family(f"at bound {b:g}%", "moderate", b),
+        Family(f"moderate {b + 2:g}% (bound+2)", "moderate", b + 2),
+        Family("heavy tail lognormal s1.0, at bound", "stress", b, latency="lognormal-heavy"),
+        Family("heavy tail Pareto a2.5, at bound", "stress", b, latency="pareto"),
+        Family("heavy tail Pareto a2.5, 0%", "stress", 0.0, latency="pareto"),
+        Family("drift -0.25%/s, at bound", "stress", b, drift_per_s=-0.0025),
+        Family("drift +0.5%/s, at bound", "stress", b, drift_per_s=0.005),
+        Family("step +30% mid-probe, at bound", "stress", b, step_at_fraction=True),
+        Family("few requests 4.5/s, at bound", "stress", b, rps=FEW_RPS),
+        Family("few requests 4.5/s, 0%", "stress", 0.0, rps=FEW_RPS),
+    ]
+    for phi in (0.5, 0.8, 0.95):
+        for sd in (0.1, 0.2):
+            out.append(Family(f"AR(1) phi {phi:g} sd {sd:g}, at bound", "stress", b, ar_phi=phi, ar_sd=sd))
+    for rate in (0.05, 0.10, 0.20):
+        out.append(Family(f"bursts {rate:.0%} of on-windows, mean at bound", "stress", b, burst_rate=rate))
+        out.append(Family(f"bursts {rate:.0%} of on-windows, bound+2", "stress", b + 2, burst_rate=rate))
+    for period in (2.0, 4.0, 8.0, 30.0):
+        out.append(Family(f"periodic resident {period:g} s (amp 30%), at bound", "stress", b, period_s=period))
+    out.append(Family("periodic resident 4 s (amp 30%), 0%", "stress", 0.0, period_s=4.0))
     return out
 
 
-def kayenta_mw_admits(off_means: Sequence[float], on_means: Sequence[float], bound_pct: float) -> bool:
-    """Kayenta's MannWhitneyClassifier on one metric with an allowed-increase threshold: admit unless High."""
+# ---------------------------------------------------------------------------------------------
+# generating windows
+
+
+@dataclass
+class Windows:
+    off: np.ndarray  # (T, N) window means, NaN when empty
+    on: np.ndarray
+    off_n: np.ndarray  # (T, N) requests in the window
+    on_n: np.ndarray
+    off_first: np.ndarray  # (T, N) bool
+    baseline: np.ndarray  # (T,)
+    baseline_n: np.ndarray
+    exposure: np.ndarray  # (T, N) candidate requests in each on-window
+
+
+def schedule(trials: int, horizon: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The orchestrator's schedule for each trial's probe seed: (off_first, duration) of shape (T, N)."""
+    off_first = np.empty((trials, horizon), dtype=bool)
+    duration = np.empty((trials, horizon))
+    for t in range(trials):
+        probe_seed = seed * 1_000_003 + t
+        for i in range(horizon):
+            order, length = pair_schedule(probe_seed, i, WINDOW_S)
+            off_first[t, i] = order == "off-on"
+            duration[t, i] = length
+    return off_first, duration
+
+
+def _draw_latency(rng: np.random.Generator, kind: str, shape: tuple[int, ...]) -> np.ndarray:
+    if kind == "lognormal":
+        return rng.lognormal(math.log(10.0), 0.5, shape)
+    if kind == "lognormal-heavy":
+        return rng.lognormal(math.log(10.0), 1.0, shape)
+    if kind == "pareto":
+        return 6.0 * (1.0 + rng.pareto(2.5, shape))
+    raise ValueError(kind)
+
+
+def _window_means(rng: np.random.Generator, kind: str, counts: np.ndarray) -> np.ndarray:
+    """Mean of ``counts[...]`` per-request latencies per window (NaN when a window has none)."""
+    flat = counts.reshape(-1)
+    out = np.full(flat.size, np.nan)
+    kmax = int(flat.max()) if flat.size else 0
+    chunk = max(1, 4_000_000 // max(kmax, 1))
+    for start in range(0, flat.size, chunk):
+        k = flat[start : start + chunk]
+        draws = _draw_latency(rng, kind, (k.size, kmax))
+        mask = np.arange(kmax)[None, :] < k[:, None]
+        sums = np.where(mask, draws, 0.0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[start : start + chunk] = np.where(k > 0, sums / np.maximum(k, 1), np.nan)
+    return out.reshape(counts.shape)
+
+
+def _resident_factor(fam: Family, start: np.ndarray, end: np.ndarray, phase: np.ndarray, step_at: np.ndarray) -> np.ndarray:
+    """The resident's own latency factor averaged over each window [start, end)."""
+    factor = np.ones_like(start)
+    if fam.drift_per_s:
+        factor = factor * (1.0 + fam.drift_per_s * (start + end) / 2.0)
+    if fam.step_at_fraction:
+        overlap = np.clip(end - np.maximum(start, step_at[:, None]), 0.0, None) / (end - start)
+        factor = factor * (1.0 + 0.3 * overlap)
+    if fam.period_s is not None:
+        w = 2 * math.pi / fam.period_s
+        mean_sin = (np.cos(w * start + phase[:, None]) - np.cos(w * end + phase[:, None])) / (w * (end - start))
+        factor = factor * (1.0 + 0.3 * mean_sin)
+    return factor
+
+
+def _slowdowns(fam: Family, rng: np.random.Generator, trials: int, horizon: int) -> np.ndarray:
+    s = fam.truth_pct / 100.0
+    if fam.ar_phi is not None:
+        phi, sd = fam.ar_phi, fam.ar_sd
+        eps = np.empty((trials, horizon))
+        eps[:, 0] = rng.normal(0.0, sd, trials)
+        innovations = rng.normal(0.0, sd * math.sqrt(1 - phi * phi), (trials, horizon))
+        for i in range(1, horizon):
+            eps[:, i] = phi * eps[:, i - 1] + innovations[:, i]
+        return np.maximum(s + eps, -0.5)
+    if fam.burst_rate is not None:
+        magnitude = s / fam.burst_rate
+        return np.where(rng.random((trials, horizon)) < fam.burst_rate, magnitude, 0.0)
+    return np.full((trials, horizon), s)
+
+
+def generate(fam: Family, trials: int, horizon: int, seed: int, family_index: int,
+             sched: tuple[np.ndarray, np.ndarray]) -> Windows:
+    rng = np.random.default_rng([seed, family_index, 11])
+    off_first, duration = sched
+    off_first, duration = off_first[:trials, :horizon], duration[:trials, :horizon]
+    pair_start = BASELINE_S + 2.0 * (np.cumsum(duration, axis=1) - duration)
+    first_end = pair_start + duration
+    on_start = np.where(off_first, first_end, pair_start)
+    off_start = np.where(off_first, pair_start, first_end)
+    phase = rng.uniform(0, 2 * math.pi, trials)
+    total = pair_start[:, -1] + 2 * duration[:, -1]
+    step_at = rng.uniform(0.25, 0.75, trials) * total
+    on_factor = _resident_factor(fam, on_start, on_start + duration, phase, step_at)
+    off_factor = _resident_factor(fam, off_start, off_start + duration, phase, step_at)
+    base_factor = _resident_factor(fam, np.zeros((trials, 1)), np.full((trials, 1), BASELINE_S), phase, step_at)[:, 0]
+    slow = _slowdowns(fam, rng, trials, horizon)
+    on_n = rng.poisson(fam.rps * duration)
+    off_n = rng.poisson(fam.rps * duration)
+    base_n = rng.poisson(fam.rps * BASELINE_S, trials)
+    on = _window_means(rng, fam.latency, on_n) * on_factor * (1.0 + slow)
+    off = _window_means(rng, fam.latency, off_n) * off_factor
+    base = _window_means(rng, fam.latency, base_n) * base_factor
+    exposure = rng.poisson(CANDIDATE_RPS * duration)
+    return Windows(off, on, off_n, on_n, off_first, base, base_n, exposure)
+
+
+# ---------------------------------------------------------------------------------------------
+# the methods
+
+
+@dataclass
+class Outcome:
+    label: np.ndarray  # (T,) 1 safe, -1 unsafe, 0 inconclusive
+    pairs_used: np.ndarray  # (T,) pairs consumed until the verdict (horizon when inconclusive)
+    rule: np.ndarray | None = None  # (T,) str: judge / guard / futility / budget
+
+
+def _first_true(mask: np.ndarray) -> np.ndarray:
+    """Index of the first True per row, or -1."""
+    any_ = mask.any(axis=1)
+    return np.where(any_, mask.argmax(axis=1), -1)
+
+
+def sequential(w: Windows, settings: JudgeSettings, *, guard: bool) -> Outcome:
+    trials, horizon = w.off.shape
+    valid = (w.off_n >= settings.min_samples_per_window) & (w.on_n >= settings.min_samples_per_window)
+    base = np.where(w.baseline_n >= settings.min_samples_per_window, w.baseline, np.nan)
+    z = pair_contrasts(w.off, w.on, valid, base, settings.bound_ratio)
+    left = np.broadcast_to(horizon - 1 - np.arange(horizon), (trials, horizon)).astype(np.int64)
+    paths = sequential_paths(z, settings, pairs_left_after=left)
+    event = paths.safe | paths.unsafe | paths.futile
+    k = _first_true(event)
+    rows = np.arange(trials)
+    kk = np.maximum(k, 0)
+    judge_pair = np.where(k >= 0, paths.position[rows, kk], horizon)
+    label = np.where(
+        k < 0, 0, np.where(paths.unsafe[rows, kk], -1, np.where(paths.safe[rows, kk], 1, 0))
+    )
+    rule = np.where(k < 0, "budget", np.where(paths.futile[rows, kk] & (label == 0), "futility", "judge"))
+    used = np.where(k < 0, horizon, judge_pair + 1)
+    if guard:
+        g = _guard_pairs(w, settings)
+        fired = (g >= 0) & (g < judge_pair)
+        label = np.where(fired, -1, label)
+        rule = np.where(fired, "guard", rule)
+        used = np.where(fired, g + 1, used)
+    return Outcome(label, used, rule)
+
+
+def _guard_pairs(w: Windows, settings: JudgeSettings) -> np.ndarray:
+    """First pair whose on-window (>= GUARD_MIN_SAMPLES requests) is more than the guard slower than the
+    slowest off-window of the earlier pairs and the baseline (or -1) — the orchestrator's rule."""
+    valid_off = (w.off_n >= settings.min_samples_per_window) & np.isfinite(w.off)
+    base = np.where(w.baseline_n >= settings.min_samples_per_window, w.baseline, 0.0)
+    offs = np.where(valid_off, w.off, 0.0)
+    running = np.maximum(np.maximum.accumulate(offs, axis=1), base[:, None])
+    ref = np.concatenate([base[:, None], running[:, :-1]], axis=1)  # before pair i
+    on_ok = (w.on_n >= max(GUARD_MIN_SAMPLES, settings.min_samples_per_window)) & np.isfinite(w.on)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fire = on_ok & (ref > 0) & (w.on / ref - 1.0 > GUARD_PCT / 100.0)
+    return _first_true(fire)
+
+
+def _t_quantile(p: float, df: np.ndarray) -> np.ndarray:
+    from scipy.stats import t
+
+    return np.asarray(t.ppf(p, np.maximum(df, 1)))
+
+
+def fixed_horizon(w: Windows, settings: JudgeSettings, *, every_pair: bool) -> Outcome:
+    trials, horizon = w.off.shape
+    valid = (w.off_n >= settings.min_samples_per_window) & (w.on_n >= settings.min_samples_per_window)
+    base = np.where(w.baseline_n >= settings.min_samples_per_window, w.baseline, np.nan)
+    z = pair_contrasts(w.off, w.on, valid, base, settings.bound_ratio)
+    usable = np.isfinite(z)
+    zz = np.where(usable, z, 0.0)
+    n = np.cumsum(usable, axis=1).astype(float)
+    s1 = np.cumsum(zz, axis=1)
+    s2 = np.cumsum(zz * zz, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = s1 / n
+        var = (s2 - s1 * s1 / n) / (n - 1)
+        tstat = mean / np.sqrt(var / n)
+    crit = _t_quantile(1 - settings.alpha, n - 1)
+    able = (n >= max(2, settings.min_pairs)) & (var > 0)
+    safe = able & (tstat < -crit)
+    unsafe = able & (tstat > crit)
+    if not every_pair:
+        last = horizon - 1
+        label = np.where(safe[:, last], 1, np.where(unsafe[:, last], -1, 0))
+        return Outcome(label, np.full(trials, horizon))
+    fresh = usable  # a look happens after each pair that added data
+    k = _first_true((safe | unsafe) & fresh)
+    rows = np.arange(trials)
+    kk = np.maximum(k, 0)
+    label = np.where(k < 0, 0, np.where(safe[rows, kk], 1, -1))
+    return Outcome(label, np.where(k < 0, horizon, k + 1))
+
+
+def kayenta_mw(w: Windows, settings: JudgeSettings) -> Outcome:
+    """Kayenta's MannWhitneyClassifier (two-sided, confidence 0.98, tolerance 0.25) on per-window means
+    at the full horizon, with an allowed increase of 1 + bound on the ratio of means: admit unless High."""
     from scipy.stats import norm
 
-    diffs = sorted(y - x for y in on_means for x in off_means)
-    m, n = len(on_means), len(off_means)
-    hl = statistics.median(diffs)
+    trials, horizon = w.off.shape
+    label = np.zeros(trials, dtype=int)
     z = norm.ppf(1 - (1 - KAYENTA_CONFIDENCE) / 2)
-    k = max(math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12)), 0)
-    lower, _upper = diffs[k], diffs[len(diffs) - 1 - k]
-    effect = statistics.fmean(on_means) / statistics.fmean(off_means)
-    high = lower > KAYENTA_TOLERANCE * abs(hl) and effect > 1 + bound_pct / 100
-    return not high
+    for t in range(trials):
+        off = w.off[t][np.isfinite(w.off[t])]
+        on = w.on[t][np.isfinite(w.on[t])]
+        if off.size == 0 or on.size == 0:
+            continue  # Kayenta: no data → NODATA, which its scorer does not fail
+        diffs = np.sort((on[:, None] - off[None, :]).ravel())
+        m, n = on.size, off.size
+        hl = float(np.median(diffs))
+        kk = max(math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12)), 0)
+        lower = diffs[min(kk, diffs.size - 1)]
+        effect = on.mean() / off.mean()
+        high = lower > KAYENTA_TOLERANCE * abs(hl) and effect > settings.bound_ratio
+        label[t] = -1 if high else 1
+    return Outcome(label, np.full(trials, horizon))
 
 
-def run_trial(args: tuple[Family, int, int, float, float, JudgeSettings]) -> TrialResult:
-    family, seed, horizon, window_s, baseline_s, settings = args
-    windows = simulate_windows(family, seed, horizon, window_s, baseline_s)
-    pairs: list[WindowPair] = []
-    exposure = 0
-    label = "inconclusive"
-    used = horizon
-    for i, (off, on, served) in enumerate(windows):
-        pairs.append(WindowPair(off, on))
-        exposure += served
-        j = judge(pairs, settings, budget_exhausted=i == horizon - 1, max_pairs=horizon)
-        if j.label is not None:
-            label, used = j.label, i + 1
-            break
-    off_means = [statistics.fmean(o) for o, _, _ in windows if o]
-    on_means = [statistics.fmean(o) for _, o, _ in windows if o]
-    mw_admit = kayenta_mw_admits(off_means, on_means, settings.max_resident_slowdown_pct)
-    return TrialResult(label, used, exposure, mw_admit, sum(s for _, _, s in windows))
+METHODS: dict[str, Callable[[Windows, JudgeSettings], Outcome]] = {
+    "sequential": lambda w, s: sequential(w, s, guard=False),
+    "sequential+guard": lambda w, s: sequential(w, s, guard=True),
+    "fixed-horizon": lambda w, s: fixed_horizon(w, s, every_pair=False),
+    "every-pair uncorrected": lambda w, s: fixed_horizon(w, s, every_pair=True),
+    "Kayenta MW (differs from baseline)": kayenta_mw,
+}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=1000, help="seeded trials per scenario family")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+# ---------------------------------------------------------------------------------------------
+# running and reporting
 
-    budget = load_policy("default").budget_for("online-inference")
-    settings = JudgeSettings.from_budget(budget)
-    horizon = int((budget.max_probe_time_s - budget.baseline_window_s) // (2 * budget.sampling_window_s))
-    alpha = 1 - budget.required_confidence
-    print(f"# judge benchmark on the simulator ({DEVICE}); budget: online-inference of the default policy")
-    print(
-        f"# bound {budget.max_resident_slowdown_pct:g}% (borderline families: 1 point below their truth), confidence {budget.required_confidence}, windows "
-        f"{budget.sampling_window_s:g} s, horizon {horizon} pairs, {args.trials} trials per family, "
-        f"candidate {CANDIDATE_RATE_RPS:g} rps"
+
+@dataclass
+class MethodRow:
+    false_admit: float | None
+    false_admit_se: float | None
+    false_reject: float | None
+    inconclusive: float
+    decided: int
+    median_exposure_decided: float | None
+    median_pairs_decided: float | None
+    rules: dict[str, int] = field(default_factory=dict)
+
+
+def summarise(fam: Family, out: Outcome, w: Windows, bound_pct: float) -> MethodRow:
+    trials = out.label.size
+    cum = np.cumsum(w.exposure, axis=1)
+    exposure = cum[np.arange(trials), np.clip(out.pairs_used, 1, cum.shape[1]) - 1]
+    decided = out.label != 0
+    unsafe_truth = fam.truth_pct >= bound_pct
+    fa = float(np.mean(out.label == 1)) if unsafe_truth else None
+    fa_se = math.sqrt(fa * (1 - fa) / trials) if fa is not None else None
+    fr = None if unsafe_truth else float(np.mean(out.label == -1))
+    rules: dict[str, int] = {}
+    if out.rule is not None:
+        for r, lab in zip(out.rule, out.label, strict=True):
+            key = f"{r}:{ {1: 'safe', -1: 'unsafe', 0: 'inconclusive'}[int(lab)] }".replace(" ", "")
+            rules[key] = rules.get(key, 0) + 1
+    return MethodRow(
+        false_admit=fa,
+        false_admit_se=fa_se,
+        false_reject=fr,
+        inconclusive=float(np.mean(~decided)),
+        decided=int(decided.sum()),
+        median_exposure_decided=float(np.median(exposure[decided])) if decided.any() else None,
+        median_pairs_decided=float(np.median(out.pairs_used[decided])) if decided.any() else None,
+        rules=rules,
     )
-    rows = []
+
+
+def run_family(args: tuple[Family, int, int, int, int, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    fam, index, trials, horizon, seed, sched = args
     began = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for family in choose_families():
-            truth = true_slowdown_pct(family)
-            print(
-                f"# {family.name}: {family.resident} + {family.candidate} under {family.regime}: true {truth:.2f}%"
-            )
-            bound = (
-                truth - family.bound_below_truth_pct
-                if family.bound_below_truth_pct is not None
-                else budget.max_resident_slowdown_pct
-            )
-            family_settings = dataclasses.replace(settings, max_resident_slowdown_pct=bound)
-            unsafe_truth = truth > bound
-            jobs = [
-                (
-                    family,
-                    args.seed * 1_000_003 + i,
-                    horizon,
-                    budget.sampling_window_s,
-                    budget.baseline_window_s,
-                    family_settings,
-                )
-                for i in range(args.trials)
-            ]
-            results = list(pool.map(run_trial, jobs, chunksize=20))
-            n = len(results)
-            seq_admit = sum(r.seq_label == "safe" for r in results)
-            seq_reject = sum(r.seq_label == "unsafe" for r in results)
-            seq_inconclusive = n - seq_admit - seq_reject
-            mw_admit = sum(r.mw_admit for r in results)
-            rows.append(
-                FamilyRow(
-                    family=family.name,
-                    truth=truth,
-                    bound=bound,
-                    seq_false_admit=seq_admit / n if unsafe_truth else 0.0,
-                    seq_false_reject=seq_reject / n if not unsafe_truth else 0.0,
-                    seq_inconclusive=seq_inconclusive / n,
-                    seq_exposure=statistics.median(r.seq_exposure for r in results),
-                    seq_pairs=statistics.median(r.seq_pairs for r in results),
-                    mw_false_admit=mw_admit / n if unsafe_truth else 0.0,
-                    mw_false_reject=(n - mw_admit) / n if not unsafe_truth else 0.0,
-                    mw_exposure=statistics.median(r.mw_exposure for r in results),
-                    seq_all=[r.seq_exposure for r in results],
-                    mw_all=[r.mw_exposure for r in results],
-                )
-            )
-    header = (
-        f"{'family':<18} {'true %':>7} {'bound %':>7} | {'seq FA':>7} {'seq FR':>7} {'seq inc':>7} {'seq med exp':>11} "
-        f"{'seq pairs':>9} | {'MW FA':>7} {'MW FR':>7} {'MW med exp':>10} | {'exp ratio':>9}"
+    w = generate(fam, trials, horizon, seed, index, sched)
+    rows = {name: summarise(fam, method(w, SETTINGS), w, BOUND_PCT).__dict__ for name, method in METHODS.items()}
+    return {"family": fam.__dict__, "methods": rows, "wall_s": time.perf_counter() - began}
+
+
+def _fmt(v: float | None, width: int = 6, digits: int = 3) -> str:
+    return f"{'—':>{width}}" if v is None else f"{v:>{width}.{digits}f}"
+
+
+def check_targets(results: Sequence[dict[str, Any]], alpha: float) -> list[str]:
+    """The issue's targets, each line 'PASS'/'FAIL' with the numbers."""
+    lines = []
+    for r in results:
+        seq = r["methods"]["sequential"]
+        if seq["false_admit"] is not None:
+            limit = alpha + 2 * max(seq["false_admit_se"], math.sqrt(alpha * (1 - alpha) / r["trials"]))
+            ok = seq["false_admit"] <= limit
+            lines.append(f"{'PASS' if ok else 'FAIL'} false admits {seq['false_admit']:.3f} <= {limit:.3f}: {r['family']['name']}")
+    for r in results:
+        if r["family"]["group"] not in ("clear", "moderate"):
+            continue
+        seq, fixed = r["methods"]["sequential"], r["methods"]["fixed-horizon"]
+        if seq["median_exposure_decided"] is None or fixed["median_exposure_decided"] is None:
+            lines.append(f"n/a  exposure: no decided trial: {r['family']['name']}")
+            continue
+        saving = 1 - seq["median_exposure_decided"] / fixed["median_exposure_decided"]
+        fa_ok = (seq["false_admit"] or 0.0) <= (fixed["false_admit"] or 0.0) + 1e-12
+        ok = saving >= 0.30 and fa_ok
+        lines.append(f"{'PASS' if ok else 'FAIL'} exposure per decided trial {saving:.0%} below fixed-horizon "
+                     f"(FA {seq['false_admit'] if seq['false_admit'] is not None else '—'} vs "
+                     f"{fixed['false_admit'] if fixed['false_admit'] is not None else '—'}): {r['family']['name']}")
+    for r in results:
+        if r["family"]["group"] != "clear":
+            continue
+        seq = r["methods"]["sequential"]
+        ok = seq["inconclusive"] <= 0.05 and (seq["false_reject"] or 0.0) <= 0.05
+        lines.append(f"{'PASS' if ok else 'FAIL'} inconclusive {seq['inconclusive']:.3f} <= 0.05, false rejects "
+                     f"{_fmt(seq['false_reject'], 0)} <= 0.05: {r['family']['name']}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000, help="trials per family")
+    parser.add_argument("--horizon", type=int, default=HORIZON, help="window pairs the budget allows")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1, help="processes (families run in parallel)")
+    parser.add_argument("--families", default="", help="comma-separated substrings of family names")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--plot", type=Path, default=None, help="draw false admits and exposure per family here")
+    args = parser.parse_args(argv)
+    if args.trials < 10 or args.horizon < MIN_PAIRS:
+        parser.error("--trials must be >= 10 and --horizon >= 3")
+    fams = families()
+    if args.families:
+        wanted = [w.strip() for w in args.families.split(",") if w.strip()]
+        fams = [f for f in fams if any(w in f.name for w in wanted)]
+    alpha = 1 - CONFIDENCE
+    began = time.perf_counter()
+    sched = schedule(args.trials, args.horizon, args.seed)
+    print(f"# judge benchmark: bound {BOUND_PCT:g}%, confidence {CONFIDENCE}, windows {WINDOW_S:g} s "
+          f"(0.75-1.25x, random block order), horizon {args.horizon} pairs, {args.trials} trials per family, "
+          f"seed {args.seed}")
+    print(f"# judge: range {SETTINGS.range_z:.3f} ({RANGE_PCT:g}% per window; guard {GUARD_PCT:g}%), safe needs >= {SETTINGS.min_safe_pairs} "
+          f"usable pairs (bursts in >= {BURST_RATE_GUARDED:.0%} of windows) and log-capital >= max(1, F) log(1/alpha)")
+    jobs = [(f, i, args.trials, args.horizon, args.seed, sched) for i, f in enumerate(fams)]
+    if args.workers > 1:
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            results = list(pool.map(run_family, jobs))
+    else:
+        results = [run_family(j) for j in jobs]
+    for r in results:
+        r["trials"] = args.trials
+    names = list(METHODS)
+    short = {"sequential": "seq", "sequential+guard": "seq+guard", "fixed-horizon": "fixed",
+             "every-pair uncorrected": "uncorr", "Kayenta MW (differs from baseline)": "KaytMW"}
+    header = f"{'family':<44} {'truth':>6} | " + " | ".join(
+        f"{short[n] + ' FA±SE / FR / inc / exp':<33}" for n in names
     )
     print(header)
     print("-" * len(header))
-    for r in rows:
-        ratio = r.seq_exposure / r.mw_exposure if r.mw_exposure else math.nan
-        print(
-            f"{r.family:<18} {r.truth:>7.2f} {r.bound:>7.2f} | {r.seq_false_admit:>7.3f} {r.seq_false_reject:>7.3f} "
-            f"{r.seq_inconclusive:>7.3f} {r.seq_exposure:>11.0f} {r.seq_pairs:>9.0f} | "
-            f"{r.mw_false_admit:>7.3f} {r.mw_false_reject:>7.3f} {r.mw_exposure:>10.0f} | {ratio:>9.2f}"
-        )
-    seq_all = [v for r in rows for v in r.seq_all]
-    mw_all = [v for r in rows for v in r.mw_all]
-    overall = statistics.median(seq_all) / statistics.median(mw_all)
-    worst_fa = max(r.seq_false_admit for r in rows)
+    for r in results:
+        fam = r["family"]
+        cells = []
+        for n in names:
+            m = r["methods"][n]
+            err = (f"{m['false_admit']:.3f}±{m['false_admit_se']:.3f}" if m["false_admit"] is not None
+                   else f"FR {m['false_reject']:.3f}    ")
+            exp = m["median_exposure_decided"]
+            exp_text = "—" if exp is None else str(round(exp))
+            cells.append(f"{err:<13} inc {m['inconclusive']:.3f} exp {exp_text:>5}")
+        print(f"{fam['name']:<44} {fam['truth_pct']:>6.1f} | " + " | ".join(f"{c:<33}" for c in cells))
     print("-" * len(header))
-    print(f"false-admit rate, sequential: worst family {worst_fa:.3f} (guarantee: <= {alpha:.3f})")
-    print(
-        f"median exposure over all trials: sequential {statistics.median(seq_all):.0f}, Kayenta MW "
-        f"{statistics.median(mw_all):.0f} requests → ratio {overall:.2f} ({100 * (1 - overall):.0f}% fewer)"
-    )
-    decisive = [r for r in rows if r.family in ("safe", "clearly unsafe")]
-    seq_dec = [v for r in decisive for v in r.seq_all]
-    mw_dec = [v for r in decisive for v in r.mw_all]
-    ratio_dec = statistics.median(seq_dec) / statistics.median(mw_dec)
-    print(
-        f"median exposure, safe + clearly unsafe families: sequential {statistics.median(seq_dec):.0f}, "
-        f"Kayenta MW {statistics.median(mw_dec):.0f} → ratio {ratio_dec:.2f} ({100 * (1 - ratio_dec):.0f}% fewer); "
-        "borderline pairs end inconclusive (early, for futility) where Kayenta admits many unsafe ones"
-    )
-    print(f"# {len(seq_all)} trials in {time.perf_counter() - began:.0f} s; all numbers from the simulator")
+    print("# FA = false admits (safe verdict, truth >= bound) ± standard error; FR = false rejects (truth < bound);")
+    print("# inc = inconclusive; exp = median candidate requests per DECIDED trial. Kayenta MW tests "
+          "'differs from baseline', not 'within the bound'.")
+    print("# sequential verdicts by rule: " + "; ".join(
+        f"{r['family']['name']}: {r['methods']['sequential+guard']['rules']}" for r in results[:3]))
+    targets = check_targets(results, alpha)
+    for line in targets:
+        print(line)
+    failed = sum(line.startswith("FAIL") for line in targets)
+    elapsed = time.perf_counter() - began
+    print(f"# {len(results)} families x {args.trials} trials in {elapsed:.1f} s; targets failed: {failed}")
+    if args.json is not None:
+        doc = {
+            "settings": {"bound_pct": BOUND_PCT, "confidence": CONFIDENCE, "horizon_pairs": args.horizon,
+                         "window_s": WINDOW_S, "guard_pct": GUARD_PCT, "burst_rate_guarded": BURST_RATE_GUARDED,
+                         "min_safe_pairs": SETTINGS.min_safe_pairs, "range_z": SETTINGS.range_z,
+                         "trials": args.trials, "seed": args.seed},
+            "results": results,
+            "targets": targets,
+            "wall_s": elapsed,
+        }
+        args.json.write_text(json.dumps(doc, indent=1, default=float))
+    if args.plot is not None:
+        plot(results, alpha, args.plot, args.trials)
     return 0
+
+
+def plot(results: Sequence[dict[str, Any]], alpha: float, path: Path, trials: int) -> None:
+    """Two panels: false-admit rate per family at or beyond the bound (±2 SE), per method, against
+    alpha; and median exposure per decided trial on the clear and moderate families."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = ["sequential", "fixed-horizon", "every-pair uncorrected", "Kayenta MW (differs from baseline)"]
+    colours = {"sequential": "tab:green", "fixed-horizon": "tab:blue", "every-pair uncorrected": "tab:orange",
+               "Kayenta MW (differs from baseline)": "tab:red"}
+    unsafe = [r for r in results if r["methods"]["sequential"]["false_admit"] is not None]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(16, 8), gridspec_kw={"width_ratios": [3, 1]})
+    y = np.arange(len(unsafe))
+    for k, m in enumerate(methods):
+        fa = np.array([r["methods"][m]["false_admit"] for r in unsafe])
+        se = np.array([r["methods"][m]["false_admit_se"] for r in unsafe])
+        ax1.errorbar(fa, y + (k - 1.5) * 0.18, xerr=2 * se, fmt="o", ms=4, color=colours[m], label=m)
+    ax1.axvline(alpha, color="k", ls="--", lw=1, label=f"alpha = {alpha:g}")
+    ax1.set_xscale("symlog", linthresh=0.02)
+    ax1.set_xlim(0.0, 1.05)
+    ax1.set_yticks(y, [r["family"]["name"] for r in unsafe], fontsize=8)
+    ax1.invert_yaxis()
+    ax1.set_xlabel("false-admit rate (safe verdicts with truth >= bound), ±2 SE")
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=3)
+    ax1.set_title(f"false admits per family ({trials} trials each)")
+    clear = [r for r in results if r["family"]["group"] in ("clear", "moderate")]
+    yc = np.arange(len(clear))
+    for k, m in enumerate(["sequential", "fixed-horizon"]):
+        ex = [r["methods"][m]["median_exposure_decided"] or 0 for r in clear]
+        ax2.barh(yc + (k - 0.5) * 0.4, ex, height=0.4, color=colours[m], label=m)
+    ax2.set_yticks(yc, [r["family"]["name"] for r in clear], fontsize=8)
+    ax2.invert_yaxis()
+    ax2.set_xlabel("median candidate requests per decided trial")
+    ax2.legend(fontsize=8)
+    ax2.set_title("exposure")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

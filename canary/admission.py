@@ -467,6 +467,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         key_json=key.as_dict(),
         progress=progress,
         slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
+        schedule_seed=seed if sim_device is not None else None,
     )
     return ProbeRun(resident.name, key, result)
 

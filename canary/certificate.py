@@ -20,6 +20,19 @@ DecidedBy = Literal["hard-fit", "cache", "canary", "policy"]
 Quantity = int | float | str
 
 
+class EquationTerm(Model):
+    """One term of a resource's balance (the HBM equation of ``docs/hardfit.md``), as computed.
+
+    ``sign`` is how the term enters ``available``: ``+`` adds, ``-`` subtracts, ``=`` is the
+    left-hand side (the candidate's demand). ``value`` is ``None`` when the term is unknown."""
+
+    name: str
+    sign: Literal["+", "-", "="]
+    value: int | None
+    unit: str = "bytes"
+    source: str
+
+
 class Finding(Model):
     """One resource's stage-1 result. ``demand``/``available`` are ``None`` when unknown."""
 
@@ -31,6 +44,9 @@ class Finding(Model):
     source: str
     detail: str = ""
     subject: str | None = Field(default=None, description="the kernel, resident or instance this is about")
+    terms: tuple[EquationTerm, ...] = Field(
+        default=(), description="the balance behind demand and available, term by term (HBM)"
+    )
 
 
 class HardFit(Model):
@@ -86,6 +102,10 @@ class ProbeSummary(Model):
     confidence: float | None = None
     simulated: bool = False
     budget: dict[str, float | int | bool] = Field(default_factory=dict)
+    # What decided the probe (judge, guard, slo, stall, futility, budget) and what the slowdown
+    # numbers above measure (docs/canary.md "What is bounded").
+    decided_by_rule: str | None = None
+    slowdown_estimand: str | None = None
 
 
 class ReservationRef(Model):

@@ -31,6 +31,7 @@ from canary.errors import InputError
 
 if TYPE_CHECKING:
     from canary.catalog import CdnaSpec, DeviceSpec
+    from canary.profile import KernelSpec
 
 __all__ = [
     "CDNA_LIMIT_NAMES",
@@ -39,11 +40,13 @@ __all__ = [
     "BlockFootprint",
     "CdnaOccupancyResult",
     "OccupancyResult",
+    "barrier_slots_per_sm",
     "block_footprint",
     "cdna_occupancy",
     "cdna_sgpr_waves_per_simd",
     "cdna_vgpr_waves_per_simd",
     "cuda_occupancy",
+    "kernel_occupancy",
 ]
 
 CUDA_OCC_HEADER_VERSION = "cuda_occupancy.h 12.1 (CUDA 13.0.88)"
@@ -192,7 +195,17 @@ class BlockFootprint:
     barriers: int
 
 
+def _require_catalogued(spec: DeviceSpec) -> None:
+    if not spec.catalogued:
+        raise InputError(
+            f"{spec.name} is not in the catalog: its registers, shared memory and thread limits are unknown, "
+            "so occupancy cannot be computed",
+            field="device",
+        )
+
+
 def _require_cuda(spec: DeviceSpec) -> tuple[int, int]:
+    _require_catalogued(spec)
     if spec.vendor != "nvidia" or spec.compute_capability is None:
         raise InputError(
             f"{spec.name} is an {spec.vendor.upper()} device: use cdna_occupancy "
@@ -365,6 +378,31 @@ def cuda_occupancy(
     )
 
 
+def barrier_slots_per_sm(spec: DeviceSpec) -> int | None:
+    """Block barriers one SM holds (the header's max blocks × barrier multiplier, cc ≥ 9.0);
+    ``None`` where the barrier limit does not apply (cc < 9.0)."""
+    rules = _arch_rules(_require_cuda(spec))
+    if rules.barrier_multiplier is None:
+        return None
+    return rules.max_blocks_per_sm * rules.barrier_multiplier
+
+
+def kernel_occupancy(spec: DeviceSpec, kernel: KernelSpec, *, carveout_pct: int | None = None) -> OccupancyResult:
+    """The one occupancy call for a profiled kernel: every input the reference calculator takes
+    that a profile states — registers, block size, static and dynamic shared memory, block
+    barriers — passed through. Stage 1 and the simulator both call this, so they cannot disagree.
+    Raises ``InputError`` for AMD or uncatalogued devices."""
+    return cuda_occupancy(
+        spec,
+        registers_per_thread=kernel.registers_per_thread,
+        threads_per_block=kernel.threads_per_block,
+        static_shared_bytes=kernel.static_shared_bytes,
+        dynamic_shared_bytes=kernel.dynamic_shared_bytes,
+        carveout_pct=carveout_pct,
+        barriers=kernel.barriers,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # AMD CDNA (gfx90a / gfx942)
 # --------------------------------------------------------------------------------------------
@@ -424,6 +462,7 @@ class CdnaOccupancyResult:
 
 
 def _require_cdna(spec: DeviceSpec) -> CdnaSpec:
+    _require_catalogued(spec)
     if spec.vendor != "amd" or spec.cdna is None:
         raise InputError(
             f"{spec.name} is an NVIDIA device: use cuda_occupancy (canary occupancy picks it from --device)",

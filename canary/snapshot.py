@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -16,6 +16,9 @@ from canary._model import Model, read_document, validate_document
 from canary.errors import InputError
 from canary.profile import WorkloadProfile, load_profile
 from canary.units import Bytes
+
+if TYPE_CHECKING:
+    from canary.catalog import DeviceSpec
 
 ComputeMode = Literal["DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"]
 SnapshotSource = Literal["simulated", "file", "nvml", "cuda", "rocm", "dcgm-exporter"]
@@ -64,6 +67,15 @@ class MpsState(Model):
     default_active_thread_pct: int | None = Field(default=None, ge=1, le=100)
 
 
+class DevicePartition(Model):
+    """AMD's partition modes for the logical device the snapshot describes (amdsmi
+    ``amdsmi_get_gpu_compute_partition`` / ``amdsmi_get_gpu_memory_partition``): ``SPX``…``CPX`` and
+    ``NPS1``…``NPS8``. ``None`` = not reported. NVIDIA devices leave both ``None`` (MIG is separate)."""
+
+    compute: str | None = Field(default=None, pattern=r"^(SPX|DPX|TPX|QPX|CPX)$")
+    memory: str | None = Field(default=None, pattern=r"^NPS[1-8]$")
+
+
 class Resident(Model):
     """A workload already on the device: with a profile, or a bare process with observed memory."""
 
@@ -81,6 +93,15 @@ class Resident(Model):
 
 
 class DeviceSnapshot(Model):
+    """One device's sharing state, read once. Fields left out are unknown, never zero.
+
+    Cross-field rules checked when a snapshot file is loaded (exit 2 naming the field): MIG
+    instances only while MIG is enabled, each of a profile the device has, of that profile's size,
+    at one of its valid starts, within the device's memory slices and overlapping no other; a
+    resident's ``mig_instance`` names a listed instance; no resident (nor all together) observes
+    more memory than the device has; used + reserved ≤ total; green partitions ≤ the device's SMs;
+    MPS clients ≤ ``max_clients`` and none while MPS is off; AMD partition modes the device has."""
+
     device_type: str = Field(min_length=1)
     uuid: str | None = None
     index: int | None = Field(default=None, ge=0)
@@ -89,13 +110,25 @@ class DeviceSnapshot(Model):
     compute_mode: ComputeMode | None = None
     mig: MigState = MigState()
     mps: MpsState = MpsState()
+    partition: DevicePartition = DevicePartition()
     memory_total_bytes: Bytes | None = None
-    memory_used_bytes: Bytes | None = None
-    memory_reserved_bytes: Bytes | None = None
+    memory_used_bytes: Bytes | None = Field(
+        default=None,
+        description="memory allocated by contexts, without the driver reserve (NVML v2 used); None = unknown, "
+        "and then processes nobody listed cannot be ruled out",
+    )
+    memory_reserved_bytes: Bytes | None = Field(
+        default=None, description="driver/firmware reserve (NVML nvmlMemory_v2_t.reserved); None = unknown"
+    )
+    memory_used_includes_reserve: bool = Field(
+        default=False,
+        description="true when memory_used_bytes counts the driver reserve (NVML v1 used = reserved + allocated); "
+        "false (default): used is memory allocated by contexts only (NVML v2: total = reserved + used + free)",
+    )
     telemetry: Telemetry = Telemetry()
     residents: tuple[Resident, ...] = ()
     green_partitions_sms: tuple[int, ...] | None = Field(
-        default=(), description="SMs held by existing green-context partitions; None = unknown"
+        default=None, description="SMs held by existing green-context partitions; [] = none; None (default) = unknown"
     )
     taken_at: dt.datetime | None = None
     source: SnapshotSource = "file"
@@ -138,3 +171,107 @@ def load_snapshot(path: str | Path) -> DeviceSnapshot:
     data = read_document(path)
     data = _resolve_resident_profiles(data, Path(path).resolve().parent, file)
     return validate_document(DeviceSnapshot, data, file=file)
+
+
+def _instance_matches(ref: str, instance: MigInstance) -> bool:
+    """``PROFILE``, ``PROFILE@START`` (snapshot files) or ``gi:N`` (NVML's GPU instance id)."""
+    if ref.startswith("gi:"):
+        return instance.gpu_instance_id is not None and ref[3:].strip() == str(instance.gpu_instance_id)
+    profile, _, start = ref.partition("@")
+    if profile.strip().lower().removeprefix("mig ").strip() != instance.profile.lower().removeprefix("mig ").strip():
+        return False
+    return not start or start.strip() == str(instance.start)
+
+
+def validate_snapshot(snapshot: DeviceSnapshot, spec: DeviceSpec, *, file: str | None = None) -> None:
+    """Reject a snapshot that no device could produce; ``InputError`` names the file, field and problem.
+
+    Checked: MIG instances listed while MIG is disabled; a MIG profile the device does not have; an
+    instance whose size is not its profile's or whose start is not a valid placement; an instance
+    past the last memory slice; overlapping instances; a resident in an instance that does not
+    exist; a resident (or all of them) observing more memory than the card has; used + reserved
+    above the total; more green-context SMs than the device has; more MPS clients than its limit.
+    Checks that need catalog numbers are skipped for a device the catalog lacks."""
+
+    def bad(field: str, problem: str) -> InputError:
+        return InputError(problem, file=file, field=field)
+
+    instances = snapshot.mig.instances
+    if instances and snapshot.mig.enabled is False:
+        raise bad("mig.instances", f"{len(instances)} MIG instance(s) listed while mig.enabled is false")
+    slices = spec.mig_memory_slices if spec.catalogued else None
+    for i, inst in enumerate(instances):
+        where = f"mig.instances[{i}]"
+        if slices is not None and inst.start + inst.size > slices:
+            raise bad(where, f"instance [{inst.start},{inst.start + inst.size}) runs past the last memory slice "
+                             f"({spec.name} has {slices}: 0..{slices - 1})")
+        if spec.catalogued:
+            if not spec.mig_profiles:
+                raise bad(f"{where}.profile", f"{spec.name} has no MIG, but a {inst.profile} instance is listed")
+            try:
+                profile = spec.mig_profile(inst.profile)
+            except InputError as exc:
+                raise bad(f"{where}.profile", exc.problem) from None
+            if inst.size != profile.memory_slices:
+                raise bad(f"{where}.size", f"{profile.name} takes {profile.memory_slices} memory slice(s) on "
+                                           f"{spec.name}, not {inst.size}")
+            if inst.start not in {p.start for p in profile.placements}:
+                starts = ", ".join(str(p.start) for p in profile.placements)
+                raise bad(f"{where}.start", f"{profile.name} cannot start at slice {inst.start} on {spec.name} "
+                                            f"(valid starts: {starts})")
+        for j in range(i):
+            other = instances[j]
+            if inst.start < other.start + other.size and other.start < inst.start + inst.size:
+                raise bad(where, f"slices [{inst.start},{inst.start + inst.size}) overlap mig.instances[{j}] "
+                                 f"[{other.start},{other.start + other.size})")
+    total = snapshot.memory_total_bytes
+    if total is None and spec.catalogued:
+        total = spec.memory_bytes
+    observed_sum = 0
+    for i, resident in enumerate(snapshot.residents):
+        where = f"residents[{i}]"
+        if resident.mig_instance is not None:
+            if snapshot.mig.enabled is False:
+                raise bad(f"{where}.mig_instance", f"resident {resident.name} is in MIG instance "
+                                                   f"{resident.mig_instance!r} but mig.enabled is false")
+            if snapshot.mig.enabled and "mig.instances" not in snapshot.unknown_reasons and not any(
+                _instance_matches(resident.mig_instance, inst) for inst in instances
+            ):
+                raise bad(f"{where}.mig_instance", f"resident {resident.name} is in MIG instance "
+                                                   f"{resident.mig_instance!r}, which mig.instances does not list")
+        observed = resident.observed_memory_bytes
+        if observed is not None:
+            observed_sum += observed
+            if total is not None and observed > total:
+                raise bad(f"{where}.observed_memory_bytes",
+                          f"resident {resident.name} observes {observed} bytes, more than the device's {total}")
+    if total is not None and observed_sum > total:
+        raise bad("residents", f"the residents observe {observed_sum} bytes together, more than the device's {total}")
+    if total is not None and snapshot.memory_used_bytes is not None and not snapshot.memory_used_includes_reserve:
+        reserved = snapshot.memory_reserved_bytes or 0
+        if snapshot.memory_used_bytes + reserved > total:
+            raise bad("memory_used_bytes", f"used {snapshot.memory_used_bytes} + reserved {reserved} bytes exceed the "
+                                           f"total {total}")
+    if spec.catalogued and spec.vendor == "nvidia" and snapshot.green_partitions_sms is not None:
+        held = sum(snapshot.green_partitions_sms)
+        if held > spec.sm_count:
+            raise bad("green_partitions_sms", f"{held} SMs in green-context partitions, but {spec.name} has "
+                                              f"{spec.sm_count}")
+    part = snapshot.partition
+    if spec.catalogued and (part.compute is not None or part.memory is not None):
+        for kind, mode in (("compute", part.compute), ("memory", part.memory)):
+            if mode is not None and spec.partitions_of(kind, mode) is None:
+                have = ", ".join(name for name, _ in (spec.compute_partitions if kind == "compute"
+                                                       else spec.memory_partitions)) or "none"
+                raise bad(f"partition.{kind}", f"{spec.name} has no {kind} partition mode {mode} (modes: {have})")
+        parts = spec.partitions_of("memory", part.memory) if part.memory is not None else None
+        if parts is not None and snapshot.memory_total_bytes is not None \
+                and snapshot.memory_total_bytes > spec.memory_bytes // parts:
+            raise bad("memory_total_bytes", f"{part.memory} splits {spec.name}'s {spec.memory_bytes} bytes into "
+                                            f"{parts}: a partition holds at most {spec.memory_bytes // parts}, "
+                                            f"not {snapshot.memory_total_bytes}")
+    mps = snapshot.mps
+    if mps.clients is not None and mps.max_clients is not None and mps.clients > mps.max_clients:
+        raise bad("mps.clients", f"{mps.clients} MPS clients connected, above max_clients {mps.max_clients}")
+    if mps.running is False and mps.clients:
+        raise bad("mps.clients", f"{mps.clients} MPS clients listed while mps.running is false")

@@ -132,3 +132,13 @@ def test_import_canary_is_light() -> None:
             "print(bad); raise SystemExit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_example_snapshot_passes_the_consistency_checks() -> None:
+    from canary.backends import resolve_device
+
+    paths = sorted((EXAMPLES / "snapshots").glob("*.yaml"))
+    assert len(paths) >= 10
+    for path in paths:
+        device = resolve_device(str(path))  # raises InputError on an impossible snapshot
+        assert device.snapshot.device_type

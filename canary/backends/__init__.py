@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from canary.errors import InputError
-from canary.snapshot import DeviceSnapshot, MigState, MpsState, load_snapshot
+from canary.snapshot import DeviceSnapshot, MigState, MpsState, load_snapshot, validate_snapshot
 
 _LIVE = re.compile(r"^(nvml|cuda|rocm):(\d+)$")
 _SNAPSHOT_SUFFIXES = (".yaml", ".yml", ".json")
 
 if TYPE_CHECKING:  # the catalog is imported lazily below to keep start-up light
-    from canary.catalog import DeviceSpec
+    from canary.catalog import DeviceSpec, Vendor
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,22 @@ def idle_snapshot(spec: DeviceSpec) -> DeviceSnapshot:
     )
 
 
+_LIVE_SOURCES = ("nvml", "cuda", "rocm", "dcgm-exporter")
+
+
+def observed_spec(snapshot: DeviceSnapshot, vendor: Vendor) -> DeviceSpec:
+    """The catalog spec of a device read from the world, or, when the catalog lacks its model, an
+    uncatalogued spec that knows only what the device reported (stage 1 answers *unknown* for what
+    needs catalog numbers and still decides HBM from the device's own counts)."""
+    from canary.catalog import UnknownDevice, lookup
+    from canary.catalog._spec import uncatalogued_spec
+
+    try:
+        return lookup(snapshot.device_type)
+    except UnknownDevice:
+        return uncatalogued_spec(snapshot.device_type, vendor, memory_bytes=snapshot.memory_total_bytes)
+
+
 def resolve_device(ref: str) -> ResolvedDevice:
     from canary.catalog import lookup
 
@@ -73,15 +89,23 @@ def resolve_device(ref: str) -> ResolvedDevice:
             from canary.backends import rocm
 
             snap = rocm.read_snapshot(index)
-        return ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=ref, kind=kind)
+        vendor: Vendor = "amd" if kind == "rocm" else "nvidia"
+        return ResolvedDevice(snapshot=snap, spec=observed_spec(snap, vendor), ref=ref, kind=kind)
     path = Path(ref)
     if path.suffix.lower() in _SNAPSHOT_SUFFIXES or path.is_file():
         snap = load_snapshot(path)
-        try:
-            spec = lookup(snap.device_type)
-        except InputError as exc:
-            raise InputError(exc.problem, file=ref, field="device_type") from None
-        return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind="file")
+        if snap.source in _LIVE_SOURCES:
+            # Read from a real device: a model the catalog lacks is a fact, not a typo.
+            spec = observed_spec(snap, "amd" if snap.source == "rocm" else "nvidia")
+        else:
+            try:
+                spec = lookup(snap.device_type)
+            except InputError as exc:
+                raise InputError(exc.problem, file=ref, field="device_type") from None
+        validate_snapshot(snap, spec, file=ref)
+        # A snapshot of a device the catalog lacks cannot be simulated: it is treated as the live
+        # device it was read from (stage 1 and real executors only).
+        return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind="file" if spec.catalogued else snap.source)
     if ":" in ref:
         raise InputError(
             f"unknown device '{ref}': use a catalog name (h100-sxm), a snapshot file, or nvml:N / cuda:N / rocm:N",

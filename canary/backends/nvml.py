@@ -141,7 +141,7 @@ def _read(
         if compute_mode is None:
             r.unknown["compute_mode"] = f"NVML compute mode {mode_value} is not one canary knows"
 
-    total, used, reserved = _memory(r, lib, handle)
+    total, used, reserved, used_includes_reserve = _memory(r, lib, handle)
     mig = _mig(r, lib, handle)
     residents = _residents(r, handle)
     telemetry = _telemetry(r, lib, handle, taken_at, sleep)
@@ -162,6 +162,7 @@ def _read(
         memory_total_bytes=total,
         memory_used_bytes=used,
         memory_reserved_bytes=reserved,
+        memory_used_includes_reserve=used_includes_reserve,
         telemetry=telemetry,
         residents=residents,
         green_partitions_sms=None,
@@ -171,20 +172,23 @@ def _read(
     )
 
 
-def _memory(r: _Reader, lib: Any, handle: Any) -> tuple[int | None, int | None, int | None]:
-    """(total, used by compute allocations, driver-reserved). v2 gives the reserve; used is taken as
-    total − free − reserved because NVML releases disagree on whether v2 ``used`` includes it."""
+def _memory(r: _Reader, lib: Any, handle: Any) -> tuple[int | None, int | None, int | None, bool]:
+    """(total, used by compute allocations, driver-reserved, used-includes-reserve).
+
+    v2 (``nvmlMemory_v2_t``): total = reserved + used + free; used is taken as total − free −
+    reserved because NVML releases disagree on whether v2 ``used`` includes the reserve, and this
+    form cannot count it twice. v1 (``nvmlMemory_t``): ``used`` = reserved + allocated, so the
+    snapshot says ``memory_used_includes_reserve`` and stage 1 does not subtract a reserve again."""
     info = r.get("memory_reserved_bytes", "nvmlDeviceGetMemoryInfo", handle, version=lib.nvmlMemory_v2)
     if info is not None:
         total, free, reserved = int(info.total), int(info.free), int(info.reserved)
-        return total, max(total - free - reserved, 0), reserved
+        return total, max(total - free - reserved, 0), reserved, False
     v1 = r.get("memory_total_bytes", "nvmlDeviceGetMemoryInfo", handle)
     if v1 is None:
         r.unknown["memory_used_bytes"] = r.unknown["memory_total_bytes"]
-        return None, None, None
-    # Without v2 the reserve is folded into "used": the count is conservative (never too small).
+        return None, None, None, False
     r.unknown["memory_reserved_bytes"] += "; memory_used_bytes includes the driver reserve (v1 memory info)"
-    return int(v1.total), int(v1.total) - int(v1.free), None
+    return int(v1.total), int(v1.total) - int(v1.free), None, True
 
 
 def _mig(r: _Reader, lib: Any, handle: Any) -> MigState:

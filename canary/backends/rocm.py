@@ -3,8 +3,8 @@
 Read: VRAM total and used in bytes (``amdsmi_get_gpu_memory_total/usage`` with
 ``AmdSmiMemoryType.VRAM``), activity (``gfx_activity`` → utilisation, ``umc_activity`` → DRAM
 activity; ``"N/A"`` = unknown), processes with their VRAM (``pid:<N>`` residents), driver version.
-The compute partition (``SPX``…``CPX``) and memory partition (``NPS1``…``NPS8``) have no field in
-``DeviceSnapshot``; :func:`read_with_partitions` returns them beside the snapshot. Without
+The compute partition (``SPX``…``CPX``) and memory partition (``NPS1``…``NPS8``) go into
+``snapshot.partition`` (and :func:`read_with_partitions` also returns them beside the snapshot). Without
 ``libamd_smi.so`` the import itself fails (``KeyError``); that is ``DeviceUnavailable``.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from canary.backends._vendor import AmdSmi, Unavailable
 from canary.errors import DeviceUnavailable, InputError
-from canary.snapshot import DeviceSnapshot, Measured, MigState, MpsState, Resident, Telemetry
+from canary.snapshot import DevicePartition, DeviceSnapshot, Measured, MigState, MpsState, Resident, Telemetry
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,14 @@ class Partitions:
 
     compute: str | None
     memory: str | None
+
+
+def _mode(value: str | None, allowed: str) -> str | None:
+    """amdsmi's partition string (``"CPX"``, ``"NPS4"``; sometimes lower case) or ``None``."""
+    if value is None:
+        return None
+    text = str(value).strip().upper()
+    return text if text in allowed.split() else None
 
 
 def _known(value: Any) -> Any:
@@ -119,12 +127,10 @@ def read_with_partitions(index: int, *, module: Any = None) -> tuple[DeviceSnaps
             compute=_known(get("partition.compute", "amdsmi_get_gpu_compute_partition")),
             memory=_known(get("partition.memory", "amdsmi_get_gpu_memory_partition")),
         )
-        unknown.pop("partition.compute", None)  # partitions are returned separately, not snapshot fields
-        unknown.pop("partition.memory", None)
         unknown["telemetry.sm_occupancy_pct"] = (
             "amdsmi has no occupancy counter; use rocprof for CU occupancy"
         )
-        unknown["compute_mode"] = "AMD GPUs have no CUDA compute mode; exclusivity is not reported by amdsmi"
+        unknown["compute_mode"] = "AMD GPUs have no compute mode (no exclusive or prohibited mode to report)"
         unknown["mps"] = "MPS is an NVIDIA mechanism"
 
         def measured(value: Any) -> Measured | None:
@@ -139,6 +145,8 @@ def read_with_partitions(index: int, *, module: Any = None) -> tuple[DeviceSnaps
             driver_version=_known(driver.get("driver_version")),
             mig=MigState(enabled=False),
             mps=MpsState(running=None),
+            partition=DevicePartition(compute=_mode(partitions.compute, "SPX DPX TPX QPX CPX"),
+                                      memory=_mode(partitions.memory, "NPS1 NPS2 NPS3 NPS4 NPS5 NPS6 NPS7 NPS8")),
             memory_total_bytes=int(total) if total is not None else None,
             memory_used_bytes=int(used) if used is not None else None,
             telemetry=Telemetry(utilization_gpu_pct=measured(gfx), dram_active_pct=measured(umc)),

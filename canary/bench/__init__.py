@@ -7,6 +7,6 @@ writes ``results.json``, ``report.md`` and the PNG plots. See docs/benchmark.md.
 from __future__ import annotations
 
 from canary.bench.report import write_all
-from canary.bench.runner import run_suite
+from canary.bench.runner import run_seeds, run_suite
 
-__all__ = ["run_suite", "write_all"]
+__all__ = ["run_seeds", "run_suite", "write_all"]

@@ -74,6 +74,9 @@ class Decision:
     decided_by: str = ""
     reason: str = ""
     error: str | None = None
+    # For the engine's canary decisions: the rule that decided the probe (judge, guard, slo, stall,
+    # futility, budget); for a cached decision "cache".
+    rule: str | None = None
 
 
 def _resident_ceiling(req: Request) -> float:
@@ -344,7 +347,8 @@ class FullEngine:
                 cert.verdict, limiting,
                 time_to_admission_s=probe.time_used_s if probe is not None else 0.0,
                 exposure=probe.exposure_used if probe is not None else 0,
-                confidence=cert.confidence, decided_by=cert.decided_by, reason=cert.reason)
+                confidence=cert.confidence, decided_by=cert.decided_by, reason=cert.reason,
+                rule=(probe.decided_by_rule if probe is not None else ("cache" if cert.decided_by == "cache" else None)))
 
         return anyio.run(go)
 

@@ -1,10 +1,13 @@
 """Ground truth per scenario, with full knowledge no scheduler has.
 
 - ``physical`` (hard-fit families): does the candidate physically fit? Compute mode is the driver's
-  rule (a second context is refused); MIG placement follows the catalog's placement table against
-  the instances that exist; HBM and SM co-residency follow the simulator (its out-of-memory check
-  and the occupancy-rule residency of the resident's persistent blocks). A pair that fits is then
-  judged like a ``simulated`` one.
+  rule (a second context is refused); MIG placement follows the catalog's placement table (NVIDIA's
+  MIG user guide, transcribed with a citation per profile) against the instances that exist; HBM
+  follows the simulator's out-of-memory check; SM co-residency of the ``hard-sm`` scenarios comes
+  from NVIDIA's compiled occupancy calculator, precomputed into ``data/coresidency_truth.json`` by
+  :mod:`canary.bench.coresidency_table` (other scenarios: the simulator's occupancy-rule residency).
+  These families are consistency checks: compute mode, MIG and HBM truth follow the same rules or
+  data stage 1 uses. A pair that fits is then judged like a ``simulated`` one.
 - ``simulated``: the simulator runs resident alone, candidate alone and both together
   (``canary.sim.true_pair_slowdown``; an unprofiled resident via ``SimDevice.from_snapshot``) and
   the pair is safe when the resident's slowdown is within the bound the policy would apply.
@@ -153,7 +156,22 @@ def physical_misfit(sc: Scenario, seed: int) -> tuple[str, str] | None:
     hbm = _hbm_misfit(sc, seed)
     if hbm is not None:
         return hbm
+    if sc.family == "hard-sm":
+        return _reference_coresidency(sc)
     return _coresidency_misfit(sc)
+
+
+def _reference_coresidency(sc: Scenario) -> tuple[str, str] | None:
+    """The precomputed verdict of NVIDIA's occupancy calculator for a ``hard-sm`` scenario."""
+    from canary.bench.coresidency_table import TABLE, load
+
+    row = load()["scenarios"].get(sc.id)
+    if row is None:
+        raise InputError(f"scenario {sc.id} is not in {TABLE}: regenerate it with "
+                         "python -m canary.bench.coresidency_table --write", field="truth")
+    if row["fits"]:
+        return None
+    return str(row["resource"]), f"{row['detail']} (NVIDIA cuda_occupancy.h, compiled; precomputed table)"
 
 
 def _unprofiled_slowdown(sc: Scenario, seed: int) -> tuple[float | None, float | None]:

@@ -115,6 +115,10 @@ class _DeviceRaw(_Strict):
     driver_reserve_bytes: NonNegativeInt | None
     mig_memory_slices: PositiveInt | None = None
     mig_profiles: list[_MigRaw] = Field(default_factory=list)
+    # AMD's MIG analogue: compute partition modes (SPX/DPX/QPX/CPX → logical devices) and memory
+    # partition modes (NPS1/NPS4 → memory partitions), each with the number of parts it makes.
+    compute_partitions: dict[str, PositiveInt] = Field(default_factory=dict)
+    memory_partitions: dict[str, PositiveInt] = Field(default_factory=dict)
     # Per-device overrides of architecture numbers (rare; each needs a citation in `sources`).
     registers_per_sm: PositiveInt | None = None
     registers_per_block: PositiveInt | None = None
@@ -208,6 +212,8 @@ def _build_device(raw: _DeviceRaw, arch_key: str, arch: _ArchRaw, file: str) -> 
         "pci_vendor_id",
         "mig_profiles",
         "nvml_names",
+        "compute_partitions",
+        "memory_partitions",
     )
     known = set(device_numbers) | set(_ARCH_NUMBERS) | {f"cdna.{n}" for n in CDNA_FIELD_NAMES}
     for origin, mapping in (("architecture", arch.sources), ("device", raw.sources)):
@@ -278,6 +284,14 @@ def _build_device(raw: _DeviceRaw, arch_key: str, arch: _ArchRaw, file: str) -> 
                 )
             seen_profiles.add(key)
 
+    for mode, parts in raw.compute_partitions.items():
+        if raw.sm_count % parts:
+            raise _fail(file, f"{where}.compute_partitions.{mode}",
+                        f"{raw.sm_count} compute units do not split into {parts} equal partitions")
+    for mode, parts in raw.memory_partitions.items():
+        if raw.memory_bytes % parts:
+            raise _fail(file, f"{where}.memory_partitions.{mode}",
+                        f"{raw.memory_bytes} bytes do not split into {parts} equal partitions")
     compute_capability = values.pop("compute_capability")
     return DeviceSpec(
         name=raw.name,
@@ -296,6 +310,8 @@ def _build_device(raw: _DeviceRaw, arch_key: str, arch: _ArchRaw, file: str) -> 
         mig_profiles=profiles,
         mig_memory_slices=raw.mig_memory_slices,
         driver_reserve_bytes=raw.driver_reserve_bytes,
+        compute_partitions=tuple((mode.upper(), parts) for mode, parts in raw.compute_partitions.items()),
+        memory_partitions=tuple((mode.upper(), parts) for mode, parts in raw.memory_partitions.items()),
         cdna=cdna,
         citations=tuple(sorted(citations.items())),
         **values,

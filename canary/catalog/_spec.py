@@ -148,6 +148,19 @@ class DeviceSpec:
     driver_reserve_bytes: int | None
     cdna: CdnaSpec | None
     citations: tuple[tuple[str, str], ...]
+    catalogued: bool = True
+    """``False`` for a live device the catalog lacks (:func:`uncatalogued_spec`): its per-SM numbers
+    are unknown and every consumer that needs them must answer *unknown* (occupancy raises)."""
+    compute_partitions: tuple[tuple[str, int], ...] = ()
+    """AMD compute partition modes and the logical devices each makes (``("CPX", 8)``); empty: none."""
+    memory_partitions: tuple[tuple[str, int], ...] = ()
+    """AMD memory partition (NPS) modes and the memory partitions each makes (``("NPS4", 4)``)."""
+
+    def partitions_of(self, kind: str, mode: str) -> int | None:
+        """How many parts compute (``kind="compute"``) or memory partition ``mode`` makes; ``None``
+        when the device has no such mode."""
+        table = self.compute_partitions if kind == "compute" else self.memory_partitions
+        return next((parts for name, parts in table if name == mode.upper()), None)
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -206,8 +219,34 @@ class DeviceSpec:
             "mig_profiles",
             "cdna",
             "citations",
+            "catalogued",
         }
         return tuple(f.name for f in fields(cls) if f.name not in skip)
 
 
 CDNA_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CdnaSpec))
+
+
+def uncatalogued_spec(name: str, vendor: Vendor, *, memory_bytes: int | None = None) -> DeviceSpec:
+    """A real device the catalog does not know (a fact about the world, not a typo).
+
+    Only what the device itself reported is known: its name, vendor and, when given, its memory.
+    The per-SM counts are not known; they are set to 0 with ``catalogued=False`` and a citation
+    saying so, and every stage-1 check that needs them answers *unknown* instead of reading them
+    (``canary.occupancy`` refuses such a spec)."""
+    why = f"unknown: {name!r} is not in the catalog"
+    numeric = DeviceSpec.numeric_field_names()
+    citations = {field: why for field in numeric}
+    if memory_bytes is not None:
+        citations["memory_bytes"] = "observed: the device's own report (NVML/amdsmi memory total)"
+    return DeviceSpec(
+        name=name, vendor=vendor, architecture="unknown", compute_capability=None, aliases=(), nvml_names=(),
+        pci_vendor_id=0x10DE if vendor == "nvidia" else 0x1002, pci_device_ids=(), sm_count=0, registers_per_sm=0,
+        registers_per_block=0, max_registers_per_thread=0, shared_memory_per_sm_bytes=0,
+        shared_memory_per_block_bytes=0, shared_memory_per_block_optin_bytes=0,
+        reserved_shared_memory_per_block_bytes=0, max_threads_per_sm=0, max_threads_per_block=0,
+        max_blocks_per_sm=0, warp_size=32 if vendor == "nvidia" else 64, memory_bytes=memory_bytes or 0,
+        memory_bandwidth_bytes_per_s=0.0, mig_profiles=(), mig_memory_slices=None, mps_max_clients=None,
+        green_min_partition_sms=None, green_sm_alignment=None, driver_reserve_bytes=None, cdna=None,
+        citations=tuple(sorted(citations.items())), catalogued=False,
+    )

@@ -5,9 +5,9 @@ finding (not just the first shortfall); the verdict is *no* if any finding is *n
 if any is *unknown*, else *yes*. The limiting resource is the first *no* — or, without one, the
 first *unknown* — in the stable order of ``CHECKS``::
 
-    compute_mode, sharing_mode, mig_slices, mig_instances, mig_placement, mps_server, mps_clients,
-    mps_pinned_memory, green_sms, hbm, resident_kernels, candidate_kernels, registers,
-    shared_memory, warps, blocks
+    compute_mode, unlisted_context, amd_partition, sharing_mode, mig_slices, mig_instances, mig_placement,
+    mps_server, mps_clients, mps_pinned_memory, green_sms, hbm, sm_coresidency, resident_kernels,
+    candidate_kernels, registers, shared_memory, warps, blocks, barriers
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from canary.certificate import Finding, FitVerdict, HardFit
 from canary.hardfit._context import Check, FitContext
-from canary.hardfit.compute import check_sm_coresidency
-from canary.hardfit.memory import check_hbm
+from canary.hardfit.compute import check_launch, check_sm_coresidency
+from canary.hardfit.memory import check_hbm, check_unlisted_context
 from canary.hardfit.modes import check_compute_mode, check_sharing_mode
-from canary.hardfit.partitions import GREEN_CAVEAT, check_green, check_mig, check_mps
+from canary.hardfit.partitions import GREEN_CAVEAT, check_amd_partition, check_green, check_mig, check_mps
 from canary.hardfit.regime import Regime, choose_regime, parse_regime
 
 if TYPE_CHECKING:
@@ -33,18 +33,21 @@ __all__ = ["CHECKS", "RESOURCE_ORDER", "FitContext", "Regime", "check", "choose_
 # Registered in one place, in the order that decides the limiting resource.
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("compute_mode", check_compute_mode),
+    ("unlisted_context", check_unlisted_context),
+    ("amd_partition", check_amd_partition),
     ("sharing_mode", check_sharing_mode),
     ("mig", check_mig),
     ("mps", check_mps),
     ("green", check_green),
     ("hbm", check_hbm),
+    ("candidate_kernels", check_launch),
     ("sm_coresidency", check_sm_coresidency),
 )
 
 RESOURCE_ORDER: tuple[str, ...] = (
-    "compute_mode", "sharing_mode", "mig_slices", "mig_instances", "mig_placement", "mps_server",
+    "compute_mode", "unlisted_context", "amd_partition", "sharing_mode", "mig_slices", "mig_instances", "mig_placement", "mps_server",
     "mps_clients", "mps_pinned_memory", "green_sms", "hbm", "sm_coresidency", "resident_kernels",
-    "candidate_kernels", "registers", "shared_memory", "warps", "blocks",
+    "candidate_kernels", "registers", "shared_memory", "warps", "blocks", "barriers",
 )  # fmt: skip
 
 SHARED_CONTENTION: dict[str, tuple[str, ...]] = {

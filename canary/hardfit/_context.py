@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from canary.certificate import Finding, FitVerdict, Quantity
@@ -11,6 +12,7 @@ from canary.hardfit.regime import Regime
 
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
+    from canary.hardfit.memory import HbmBalance
     from canary.policy import Policy
     from canary.profile import WorkloadProfile
     from canary.snapshot import DeviceSnapshot
@@ -28,6 +30,13 @@ class FitContext:
     device; ``None`` when the store could not say."""
     caveats: list[str] = field(default_factory=list)
     """Checks append what the certificate must say without it deciding the fit."""
+
+    @cached_property
+    def hbm(self) -> HbmBalance:
+        """The HBM equation's terms, computed once and read by every check that needs them."""
+        from canary.hardfit.memory import hbm_balance
+
+        return hbm_balance(self)
 
 
 Check = Callable[[FitContext], list[Finding]]

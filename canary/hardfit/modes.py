@@ -21,26 +21,49 @@ def _accepts(sharing: SharingModes, ctx: FitContext) -> bool:
 
 
 def check_compute_mode(ctx: FitContext) -> list[Finding]:
+    """May a second context open the device? NVIDIA's compute mode decides (``nvmlDeviceGetComputeMode``).
+
+    A context nobody listed (memory in use no listed process accounts for) counts as a resident:
+    under EXCLUSIVE_PROCESS it is the one allowed context. AMD devices have no compute mode at all
+    (amdsmi has none to report; any number of processes may open a ROCm device), so the check
+    passes on AMD with that reason instead of stopping at *unknown*."""
     mode = ctx.snapshot.compute_mode
     source = "observed" if ctx.snapshot.source not in ("file", "simulated") else ctx.snapshot.source
-    residents = len(ctx.snapshot.residents)
+    listed = len(ctx.snapshot.residents)
+    unlisted = ctx.hbm.unlisted_context if ctx.regime.kind != "mig" else False
+    holders = f"{listed} resident(s)" + (" and a context nobody listed" if unlisted else "")
     if ctx.regime.kind == "mig":
         # Compute mode applies per MIG compute instance; a new instance has its own.
         return [finding("compute_mode", "own GPU instance", mode or "unknown", "mode", "yes", source,
                         "a new MIG instance is not shared with the residents")]
+    if ctx.spec.vendor == "amd":
+        if mode in (None, "DEFAULT"):
+            return [finding("compute_mode", "second context", "no compute mode (AMD)", "mode", "yes", "vendor",
+                            "AMD GPUs have no exclusive or prohibited compute mode; ROCm lets any number of "
+                            "processes share a device (partitions are separate devices)")]
+        return [finding("compute_mode", "second context", mode, "mode", "unknown", source,
+                        f"compute mode {mode} is an NVIDIA setting; an AMD device cannot report it")]
     if mode is None:
         reason = ctx.snapshot.unknown_reasons.get("compute_mode", "the snapshot does not say")
         return [finding("compute_mode", "second context", None, "mode", "unknown", source, f"compute mode unknown: {reason}")]
     if mode == "PROHIBITED":
         return [finding("compute_mode", "second context", mode, "mode", "no", source, "compute mode PROHIBITED allows no CUDA context")]
     if mode == "EXCLUSIVE_PROCESS":
-        if residents == 0:
-            return [finding("compute_mode", "first context", mode, "mode", "yes", source, "no resident holds the device")]
         if ctx.regime.kind == "mps" and ctx.snapshot.mps.running:
             return [finding("compute_mode", "MPS client", mode, "mode", "yes", source,
                             "MPS clients share the MPS server's context, which EXCLUSIVE_PROCESS allows")]
+        if listed == 0 and unlisted is None and "residents" not in ctx.snapshot.unknown_reasons:
+            return [finding("compute_mode", "first context", mode, "mode", "unknown", source,
+                            "EXCLUSIVE_PROCESS allows one context, and whether a context nobody listed holds it is "
+                            f"unknown ({ctx.hbm.unlisted_reason})")]
+        if listed == 0 and "residents" in ctx.snapshot.unknown_reasons:
+            return [finding("compute_mode", "first context", mode, "mode", "unknown", source,
+                            "EXCLUSIVE_PROCESS allows one context and the device's processes are unknown: "
+                            f"{ctx.snapshot.unknown_reasons['residents']}")]
+        if listed == 0 and not unlisted:
+            return [finding("compute_mode", "first context", mode, "mode", "yes", source, "no resident holds the device")]
         return [finding("compute_mode", "second context", mode, "mode", "no", source,
-                        f"EXCLUSIVE_PROCESS allows one context and {residents} resident(s) hold it")]
+                        f"EXCLUSIVE_PROCESS allows one context and {holders} hold it")]
     return [finding("compute_mode", "second context", mode, "mode", "yes", source)]
 
 

@@ -38,6 +38,9 @@ def check_mig(ctx: FitContext) -> list[Finding]:
         return []
     snap, spec = ctx.snapshot, ctx.spec
     name = ctx.regime.mig_profile or ""
+    if not spec.catalogued:
+        return [finding("mig_placement", name, None, "placement", "unknown", "catalog",
+                        f"{spec.name} is not in the catalog: its MIG profiles and placements are unknown")]
     if not spec.mig_profiles:
         return [finding("mig_placement", name, "MIG not supported", "placement", "no",
                         f"catalog ({spec.source('mig_profiles')})", f"{spec.name} has no MIG")]
@@ -51,6 +54,10 @@ def check_mig(ctx: FitContext) -> list[Finding]:
     if not snap.mig.enabled:
         return [finding("mig_placement", profile.name, "MIG disabled", "placement", "no", snap.source,
                         "MIG is disabled on this device; enabling it needs the GPU drained and reset")]
+    if "mig.instances" in snap.unknown_reasons:
+        # An empty list here means "could not be read", not "no instances": never a free placement.
+        return [finding("mig_placement", profile.name, None, "placement", "unknown", snap.source,
+                        f"the existing MIG instances are unknown: {snap.unknown_reasons['mig.instances']}")]
     total_slices = spec.mig_memory_slices
     if total_slices is None:
         return [finding("mig_slices", profile.memory_slices, None, "memory slices", "unknown", "catalog",
@@ -126,9 +133,36 @@ def check_green(ctx: FitContext) -> list[Finding]:
     if snap.green_partitions_sms is None:
         return [finding("green_sms", rounded, None, "SMs", "unknown", snap.source,
                         "SMs held by existing green-context partitions are unknown")]
-    held = sum(snap.green_partitions_sms)
+    # Residents that say they run in a green partition hold at least their SMs, even where the
+    # snapshot's partition list leaves them out.
+    held = max(sum(snap.green_partitions_sms), sum(r.green_sms or 0 for r in snap.residents))
     # Partitions are carved in whole alignment groups; the remainder below one group is unusable.
     available = ((spec.sm_count - held) // align) * align
     detail = (f"{want} SMs round up to {rounded} (minimum {minimum}, alignment {align}); "
               f"{held} of {spec.sm_count} SMs already partitioned. {GREEN_CAVEAT}")
     return [finding("green_sms", rounded, available, "SMs", "yes" if rounded <= available else "no", src, detail)]
+
+
+def check_amd_partition(ctx: FitContext) -> list[Finding]:
+    """AMD's MIG analogue: a compute partition (SPX/DPX/QPX/CPX) makes the snapshot's device one
+    logical GPU with 1/n of the CUs; a memory partition (NPSn) gives it 1/n of the HBM. The snapshot
+    describes that logical device, so its observed memory already is the partition's; the finding
+    states what the logical device holds. Nothing here is unknown when the mode is not reported:
+    stage 1 reads no CU count on AMD, and HBM falls back to the catalog only when the NPS mode is
+    known (``hbm`` says so)."""
+    spec, part = ctx.spec, ctx.snapshot.partition
+    if spec.vendor != "amd" or not spec.catalogued or not spec.compute_partitions or part.compute is None:
+        return []
+    parts = spec.partitions_of("compute", part.compute)
+    if parts is None:
+        return [finding("amd_partition", part.compute, None, "CUs", "unknown", f"catalog ({spec.source('compute_partitions')})",
+                        f"{spec.name} has no compute partition mode {part.compute}")]
+    cus = spec.sm_count // parts
+    memory = ""
+    if part.memory is not None:
+        mparts = spec.partitions_of("memory", part.memory)
+        if mparts is not None:
+            memory = f"; {part.memory}: {mparts} memory partition(s) of {format_bytes(spec.memory_bytes // mparts)}"
+    return [finding("amd_partition", "logical device", cus, "CUs", "yes", f"catalog ({spec.source('compute_partitions')})",
+                    f"{part.compute}: {parts} logical device(s) of {cus} of {spec.sm_count} CUs{memory}; "
+                    "each is a separate device to ROCm, as a MIG instance is to CUDA")]

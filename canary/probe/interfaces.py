@@ -78,11 +78,15 @@ class RollbackReport:
 class WindowSample:
     """The resident's latencies (ms) in one window, as the monitor delivered them.
 
-    ``latencies_ms`` is left raw (it may hold NaN or garbage); the judge cleans it."""
+    ``latencies_ms`` is left raw (it may hold NaN or garbage); the judge cleans it. ``stalled`` is
+    ``True`` only when the monitor saw the resident demonstrably stalled in the window — requests
+    outstanding past their timeout, or its SLO monitor said so. A window with few or no latencies
+    and ``stalled=False`` is only *no data*: no data is neither a pass nor harm."""
 
     latencies_ms: Sequence[object]
     duration_s: float
     note: str = ""
+    stalled: bool = False
 
 
 @runtime_checkable

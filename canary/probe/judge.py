@@ -1,74 +1,117 @@
 """The sequential judge: turns canary-off / canary-on windows of the resident's latency into a verdict.
 
-Pure: no IO, no clock, no randomness. The orchestrator calls :func:`judge` after every window pair.
+Pure: no IO, no clock, and randomness only from a seed argument (:func:`pair_schedule`). The
+orchestrator calls :func:`judge` after every window pair; ``benchmarks/judge.py`` drives the same
+vectorised core (:func:`sequential_paths`) over thousands of simulated probes at once.
+
+**What is bounded (the estimand).** ``max_resident_slowdown`` bounds the ratio of the resident's mean
+latency with the candidate to its mean latency without it (for a throughput resident, whose monitor
+reports time per step, the inverse ratio of throughputs)::
+
+    R = E[on-window mean latency] / E[off-window mean latency],      safe  ⇔  R < 1 + b
+
+— the number a user reads as "x% slower", not a mean of per-window log-ratios (which lies below it
+whenever the slowdown varies). ``estimate_pct`` is the plug-in ``Σ on / Σ off − 1`` over the usable
+pairs; the interval is the confidence sequence for ``R`` described below.
 
 The pipeline, each step testable alone (knobs from the :class:`~canary.probe.budget.RiskBudget`):
 
 1. :func:`preprocess_window` — NaN/inf samples are dropped and counted; a non-number or a negative
    latency makes the window an ``error`` (a broken monitor is never read as a pass); an optional
-   outlier cut drops samples above ``outlier_factor`` × the window median; fewer than
-   ``min_samples_per_window`` usable samples makes the window ``no-data``.
-2. :func:`pair_statistic` — one number per window pair: ``log(stat(on) / stat(off))`` where ``stat``
-   is the window mean (or median). Slowdown ``s`` in percent and the log-ratio ``x`` are linked by
-   ``x = log(1 + s/100)``. The orchestrator interleaves the windows off/on, on/off, off/on, …
-   (ABBA), so a linear drift of the baseline enters consecutive pairs with opposite signs and
-   cancels in their mean.
-3. :func:`update` / :func:`confidence_sequence` — an anytime-valid confidence sequence for the
-   mean log-ratio ``μ``: the scale-invariant Gaussian mixture of Lai (1976), as analysed by Wang &
-   Ramdas (2025):
+   outlier cut; fewer than ``min_samples_per_window`` usable samples makes the window ``no-data``.
+   A pair with a no-data window is *no data*, skipped and counted — unless the monitor showed the
+   resident **stalled** in the on-window (requests outstanding past their timeout, or the SLO
+   monitor says so: :attr:`WindowPair.on_stalled`), which is evidence of harm and decides *unsafe*.
+2. :func:`pair_contrasts` — for a ratio ``r`` one bounded number per pair::
 
-   - T. L. Lai, "On confidence sequences", *Annals of Statistics* 4(2):265–280, 1976.
-   - H. Wang and A. Ramdas, "Anytime-valid t-tests and confidence sequences for Gaussian means with
-     unknown variance", *Sequential Analysis* 44(1), 2025 (arXiv:2310.03722).
-   - Framework: S. R. Howard, A. Ramdas, J. McAuliffe, J. Sekhon, "Time-uniform, nonparametric,
-     nonasymptotic confidence sequences", *Annals of Statistics* 49(2):1055–1080, 2021.
+       z_i(r) = (on_i − r · off_i) / (r · scale_i)
 
-   For a candidate mean ``m`` let ``y_i = x_i − m``, ``A = Σ y_i²``, ``B = Σ y_i``. Mixing the
-   likelihood ratio of the scale-invariant statistic over a standardised effect
-   ``δ = (μ − m)/σ ~ N(0, 1/c)`` gives the test martingale (``M_1 = 1``)::
+   where ``scale_i`` is the mean of the off-window statistics *before* pair ``i`` (the baseline window
+   first): it is known before the pair is measured, so dividing by it keeps the sign of the pair's
+   conditional mean. ``E[z_i | past] ≥ 0`` for every pair exactly when each pair's mean ratio is at
+   least ``r``. The contrast is clipped below at ``−U`` (:attr:`JudgeSettings.range_z`): that can only
+   raise it, so it makes a *safe* claim harder, never easier. Above, nothing is clipped: a pair with
+   ``z > U`` — an on-window more than the range (default 4 × the bound, the default per-window guard
+   plus the bound) slower than the scale — is **out of range**, and after one the judge never says
+   *safe* again (the orchestrator's guard has normally rolled such a window back already).
+3. :func:`sequential_paths` — two one-sided betting tests (Waudby-Smith & Ramdas, "Estimating means of
+   bounded random variables by betting", JRSS-B 2024, arXiv:2010.09686)::
 
-       M_n(m) = sqrt(c / (n + c)) · (A / (A − B² / (n + c)))^(n/2)
+       K_n^safe(r)   = Π (1 − λ_i z_i(r)),     K_n^unsafe(r) = Π (1 + μ_i max(z_i(r), −U))
 
-   which is a nonnegative martingale under ``μ = m`` whatever the unknown variance ``σ²``. By
-   Ville's inequality ``P(∃ n: M_n(μ) ≥ 1/α) ≤ α``, so ``CS_n = {m : M_n(m) < 1/α}`` covers ``μ`` at
-   every ``n`` simultaneously with probability ≥ ``1 − α``: the guarantee holds under continuous
-   monitoring and optional stopping, which Kayenta's repeated fixed-horizon tests lack. Solving
-   ``M_n(m) < 1/α`` in closed form: with ``K = (α⁻² (n + c)/c)^(1/n)``, ``q = 1 − 1/K`` and
-   ``S = Σ (x_i − x̄)²``, ``CS_n = x̄ ± sqrt(S q / (n (n/(n + c) − q)))`` when ``n/(n + c) > q``,
-   else the whole line.
+   with predictable bets (aGRAPA: ``λ_i = −m/(v + m²)`` from the mean ``m`` and variance ``v`` of the
+   earlier contrasts, capped at ``c/U``). Under the null "mean ratio ≥ r" (every conditional mean of
+   ``z`` ≥ 0, any dependence, any shape) and ``z ≤ U``, ``K^safe`` is a nonnegative supermartingale,
+   so by Ville's inequality ``P(∃n: K_n^safe ≥ 1/α) ≤ α``: the *safe* claim keeps its error bound
+   under a look after every pair and any stopping rule. Symmetrically for *unsafe*.
+4. Two guards for what a martingale cannot see, both of which only *withhold* a safe verdict:
 
-   **Assumption, stated plainly**: the per-pair log-ratios are independent Gaussian with a common
-   mean. Window means of tens of requests are close to Gaussian (central limit theorem), and the log
-   of a ratio of two such means even more so; the benchmark (``benchmarks/judge.py``) measures the
-   false-admit rate on the simulator, whose latencies are not Gaussian, against ``1 − confidence``.
-4. :func:`classify` — ``unsafe`` when the whole interval lies above the slowdown bound, ``safe`` when
-   it lies below, ``inconclusive`` when neither and the budget has ended — or earlier, for futility
-   (:func:`futile`), when the pairs the budget still allows could not settle it even if the truth lay
-   two standard errors further from the bound —, ``no-data`` when no usable pair exists, ``error``
-   when a window was garbage. A false admit needs the sequence to miss ``μ``,
-   so its probability is at most ``α = 1 − required_confidence`` at any stopping time.
+   - **bursts rarer than the probe**: a slowdown carried by a few very slow windows is out of range
+     and shows only when one of those windows is sampled. A safe verdict therefore needs at least
+     ``min_safe_pairs = ⌈log α / log(1 − p)⌉`` usable pairs without an out-of-range one, so bursts in
+     at least a fraction ``p`` (``burst_rate_guarded``) of the windows are seen with probability
+     ``≥ 1 − α`` before any admit;
+   - **persistent interference**: the martingale covers the running mean of the *conditional*
+     means; when interference is autocorrelated across pairs that running mean over a short probe can
+     sit far from the long-run mean. Evidence from ``n`` dependent pairs is worth about ``n / F``
+     independent ones, where ``F`` is the long-run variance over the variance of one pair; the judge
+     estimates ``F`` by batch means (6 batches of consecutive pairs) and a safe verdict needs
+     ``log K^safe ≥ max(1, F) · log(1/α)``; otherwise the probe goes on, and ends *inconclusive* if
+     the evidence never outgrows the dependence.
+5. :func:`judge` — ``unsafe`` / ``safe`` / ``inconclusive`` (budget spent, or futile: the pairs left
+   could not reach either threshold even if the truth lay two standard errors further out),
+   ``no-data``, ``error``.
+
+Where the guarantee stops (also in ``docs/canary.md``): bursts rarer than ``p``; interference that is
+persistent over the whole probe yet weak enough per pair to pass the autocorrelation check; a
+resident whose behaviour after admission differs from the probe (phases longer than the probe).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from canary.probe.budget import RiskBudget
 
 JudgeLabel = Literal["safe", "unsafe", "inconclusive", "no-data", "error"]
+#: What made a verdict: the sequential test, the per-window slowdown guard, the resident's SLO, a
+#: stalled resident, the futility rule, or the end of the budget.
+DecidingRule = Literal["judge", "guard", "slo", "stall", "futility", "budget", "none"]
 WindowStatistic = Literal["mean", "median"]
 WindowStatus = Literal["ok", "no-data", "error"]
+PairOrder = Literal["off-on", "on-off"]
 
-# An interval endpoint is reported in percent; a log-ratio beyond this is reported as infinite.
-_MAX_LOG_RATIO = 50.0
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+
+# Ratios searched for the reported interval: slowdowns from −90% to +1000%, log-spaced.
+_RATIO_GRID = np.exp(np.linspace(math.log(0.1), math.log(11.0), 721))
+# Pairs before the futility rule may stop a probe.
+_FUTILITY_MIN_PAIRS = 10
+# Batches of the dependence check (batch means over consecutive pairs).
+_BATCHES = 6
+_MIN_BATCH = 5
+# One-sided 90% point of the lag-1 autocorrelation of independent pairs, in units of 1/sqrt(n).
+_LAG1_Z = 1.28
+# Bet cap as a fraction of 1/U (Waudby-Smith & Ramdas use 1/2 or 3/4): keeps every factor ≥ 1 − c.
+_BET_FRACTION = 0.75
 
 
 @dataclass(frozen=True, slots=True)
 class JudgeSettings:
-    """The judge's knobs, normally taken from a :class:`RiskBudget` (:meth:`from_budget`)."""
+    """The judge's knobs, normally taken from a :class:`RiskBudget` (:meth:`from_budget`).
+
+    ``range_slowdown_pct``: the largest slowdown of one on-window against the scale that the judge's
+    range holds (default: 4 × the bound, which is the default per-window guard plus the bound). ``burst_rate_guarded``: the rarest fraction of slow windows
+    a safe verdict must have had the chance to see (see :attr:`min_safe_pairs`)."""
 
     max_resident_slowdown_pct: float
     required_confidence: float
@@ -76,7 +119,8 @@ class JudgeSettings:
     window_statistic: WindowStatistic = "mean"
     min_samples_per_window: int = 3
     outlier_factor: float | None = None
-    mixture_precision: float = 0.5
+    range_slowdown_pct: float | None = None
+    burst_rate_guarded: float = 0.2
 
     def __post_init__(self) -> None:
         if not self.max_resident_slowdown_pct > 0:
@@ -87,8 +131,10 @@ class JudgeSettings:
             raise ValueError("min_pairs and min_samples_per_window must be >= 1")
         if self.outlier_factor is not None and not self.outlier_factor > 1:
             raise ValueError("outlier_factor must be > 1")
-        if not self.mixture_precision > 0:
-            raise ValueError("mixture_precision must be > 0")
+        if self.range_slowdown_pct is not None and not self.range_slowdown_pct > self.max_resident_slowdown_pct:
+            raise ValueError("range_slowdown_pct must exceed max_resident_slowdown_pct")
+        if not 0 < self.burst_rate_guarded < 1:
+            raise ValueError("burst_rate_guarded must lie in (0, 1)")
 
     @classmethod
     def from_budget(cls, budget: RiskBudget) -> JudgeSettings:
@@ -99,7 +145,8 @@ class JudgeSettings:
             window_statistic=budget.window_statistic,
             min_samples_per_window=budget.min_samples_per_window,
             outlier_factor=budget.outlier_factor,
-            mixture_precision=budget.judge_mixture_precision,
+            range_slowdown_pct=budget.judge_range_pct,
+            burst_rate_guarded=budget.judge_burst_rate,
         )
 
     @property
@@ -107,8 +154,41 @@ class JudgeSettings:
         return 1.0 - self.required_confidence
 
     @property
-    def bound_log_ratio(self) -> float:
-        return math.log1p(self.max_resident_slowdown_pct / 100.0)
+    def bound_ratio(self) -> float:
+        return 1.0 + self.max_resident_slowdown_pct / 100.0
+
+    @property
+    def range_z(self) -> float:
+        """``U``: a contrast above it is out of range — with the off-window at the scale, an on-window
+        more than ``range_slowdown_pct`` slower (default 4 × the bound)."""
+        top = self.range_slowdown_pct if self.range_slowdown_pct is not None else 4 * self.max_resident_slowdown_pct
+        return (1.0 + top / 100.0) / self.bound_ratio - 1.0
+
+    @property
+    def min_safe_pairs(self) -> int:
+        """Usable pairs a safe verdict needs: bursts in a fraction ``burst_rate_guarded`` of the windows
+        are then seen before an admit with probability ≥ 1 − α."""
+        need = math.ceil(math.log(self.alpha) / math.log1p(-self.burst_rate_guarded))
+        return max(self.min_pairs, need)
+
+
+# ---------------------------------------------------------------------------------------------
+# the schedule (randomised so that no periodic resident can alias with it)
+
+
+def pair_schedule(seed: int, index: int, window_s: float) -> tuple[PairOrder, float]:
+    """Order and window length of pair ``index`` of a probe seeded with ``seed``.
+
+    Pairs come in blocks of two, ``off-on, on-off`` or ``on-off, off-on`` by a fair coin per block:
+    inside a block a linear drift cancels (as in a fixed ABBA design), and across blocks the order is
+    random, so a resident with a period cannot line its slow phase up with the on-windows. Both
+    windows of a pair last the same time, drawn uniformly from ``[0.75, 1.25] × window_s`` per pair."""
+    block_rng = random.Random(f"{seed}:block:{index // 2}")
+    first: PairOrder = "off-on" if block_rng.random() < 0.5 else "on-off"
+    second: PairOrder = "on-off" if first == "off-on" else "off-on"
+    order: PairOrder = first if index % 2 == 0 else second
+    length = random.Random(f"{seed}:length:{index}").uniform(0.75, 1.25) * window_s
+    return order, length
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,78 +272,209 @@ def preprocess_window(samples: Sequence[object], settings: JudgeSettings) -> Cle
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. statistic per pair
+# 2. contrasts
 
 
 @dataclass(frozen=True, slots=True)
 class WindowPair:
-    """Resident latencies (ms) in a canary-off window and the adjacent canary-on window."""
+    """Resident latencies (ms) in a canary-off window and the adjacent canary-on window.
+
+    ``on_stalled``: the monitor saw the resident demonstrably stalled with the canary on (requests
+    outstanding past their timeout, or its SLO monitor said so). Only then is an on-window without
+    data evidence of harm; otherwise it is only *no data*."""
 
     off_ms: Sequence[object]
     on_ms: Sequence[object]
+    on_stalled: bool = False
 
 
-def pair_statistic(off: CleanWindow, on: CleanWindow) -> float | None:
-    """``log(stat(on) / stat(off))``; ``None`` when either window has no usable statistic."""
-    if off.statistic_ms is None or on.statistic_ms is None:
-        return None
-    return math.log(on.statistic_ms / off.statistic_ms)
+def predictable_scale(off_stats: FloatArray, valid: BoolArray, baseline: FloatArray) -> FloatArray:
+    """``scale_i``: the mean of the usable off-window statistics before pair ``i``, the baseline window
+    counted first (``baseline`` per row; NaN when unknown: then a row's first usable pair only sets
+    the scale and is not tested, which :func:`pair_contrasts` marks by a NaN contrast)."""
+    offs = np.where(valid, off_stats, 0.0)
+    has_base = np.isfinite(baseline)
+    base_sum = np.where(has_base, baseline, 0.0)[:, None]
+    base_n = has_base.astype(np.float64)[:, None]
+    before_sum = np.cumsum(offs, axis=1) - offs + base_sum
+    before_n = np.cumsum(valid, axis=1) - valid + base_n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(before_n > 0, before_sum / np.maximum(before_n, 1.0), np.nan)
+
+
+def pair_contrasts(
+    off_stats: FloatArray, on_stats: FloatArray, valid: BoolArray, baseline: FloatArray, ratio: float | FloatArray
+) -> FloatArray:
+    """``z(r) = (on − r·off) / (r·scale)`` per pair (NaN where the pair is unusable or unscaled).
+
+    ``off_stats``, ``on_stats``, ``valid``: shape ``(rows, pairs)``; ``baseline``: ``(rows,)``;
+    ``ratio``: a number or one per row."""
+    scale = predictable_scale(off_stats, valid, baseline)
+    r = np.asarray(ratio, dtype=np.float64)
+    if r.ndim == 1:
+        r = r[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (on_stats - r * off_stats) / (r * scale)
+    return np.where(valid & np.isfinite(scale), z, np.nan)
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. sequential update
+# 3./4. the sequential tests, vectorised over rows (probes, or candidate ratios)
 
 
 @dataclass(frozen=True, slots=True)
-class SequentialState:
-    """Running count, mean and sum of squared deviations (Welford) of the pair statistics."""
+class Paths:
+    """Per row and per usable pair ``k`` (the k-th usable pair; ``position`` maps it back to the pair
+    index): whether a safe / unsafe verdict is allowed after it, and the futility flag. Entries past
+    a row's last usable pair are ``False``."""
 
-    n: int = 0
-    mean: float = 0.0
-    sum_sq_dev: float = 0.0
-
-
-def update(state: SequentialState, x: float) -> SequentialState:
-    n = state.n + 1
-    delta = x - state.mean
-    mean = state.mean + delta / n
-    return SequentialState(n, mean, state.sum_sq_dev + delta * (x - mean))
-
-
-def confidence_sequence(state: SequentialState, alpha: float, precision: float) -> tuple[float, float]:
-    """The time-uniform ``1 − alpha`` interval for the mean log-ratio after ``state.n`` pairs.
-
-    Returns ``(-inf, inf)`` while the data cannot yet exclude anything (fewer than two pairs, or
-    too few for the mixture to reach ``1/alpha``)."""
-    n, c = state.n, precision
-    if n < 2:
-        return (-math.inf, math.inf)
-    # K = (alpha^-2 (n + c)/c)^(1/n), computed in logs to stay finite for small alpha.
-    log_k = (-2.0 * math.log(alpha) + math.log((n + c) / c)) / n
-    q = -math.expm1(-log_k)  # 1 − 1/K
-    room = n / (n + c) - q
-    if room <= 0:
-        return (-math.inf, math.inf)
-    half = math.sqrt(max(state.sum_sq_dev, 0.0) * q / (n * room))
-    return (state.mean - half, state.mean + half)
+    position: IntArray
+    usable: IntArray
+    safe: BoolArray
+    unsafe: BoolArray
+    futile: BoolArray
+    out_of_range: BoolArray
+    dependence_blocked: BoolArray
+    log_capital_safe: FloatArray
+    log_capital_unsafe: FloatArray
+    lag1: FloatArray
+    inflation: FloatArray
+    correlated: BoolArray
 
 
-# ---------------------------------------------------------------------------------------------
-# 4. classify
+def _growth(mu: FloatArray, var: FloatArray, cap: float) -> FloatArray:
+    """Log-capital gained per pair at the best bet ≤ ``cap`` if the contrasts had mean ``mu`` (> 0 in
+    the bet's favour) and variance ``var`` — the second-order (Kelly) approximation."""
+    var = np.maximum(var, 1e-12)
+    lam = np.clip(mu / var, 0.0, cap)
+    return np.where(mu > 0, lam * mu - lam * lam * var / 2.0, 0.0)
 
 
-def classify(
-    interval_log: tuple[float, float], bound_log: float, *, pairs: int, min_pairs: int, budget_exhausted: bool
-) -> JudgeLabel | None:
-    """``unsafe``/``safe`` when the interval clears the bound; ``inconclusive`` when the budget has
-    ended without that; ``None`` while the probe should continue."""
-    low, high = interval_log
-    if pairs >= min_pairs:
-        if low > bound_log:
-            return "unsafe"
-        if high < bound_log:
-            return "safe"
-    return "inconclusive" if budget_exhausted else None
+def sequential_paths(
+    z: FloatArray,
+    settings: JudgeSettings,
+    *,
+    pairs_left_after: IntArray | None = None,
+    dependence_of: Paths | None = None,
+) -> Paths:
+    """Run both betting tests, the range rule, the burst rule and the dependence check on contrasts
+    ``z`` (rows × pairs, NaN = not usable). ``pairs_left_after[row, i]``: pairs the budget still allows
+    after pair ``i`` (for the futility rule; ``None``: no futility). ``dependence_of``: take the
+    dependence measures from these (one-row) paths instead — the contrasts at the bound, for the
+    interval over other ratios, whose clipped contrasts can be degenerate."""
+    n_pairs = z.shape[1]
+    u = settings.range_z
+    cap = _BET_FRACTION / u
+    threshold = math.log(1.0 / settings.alpha)
+    usable_mask = np.isfinite(z)
+    # Compact the usable contrasts to the left of each row, keeping their order.
+    position = np.argsort(~usable_mask, axis=1, kind="stable").astype(np.int64)
+    zc = np.take_along_axis(z, position, axis=1)
+    count = usable_mask.sum(axis=1)
+    k = np.arange(n_pairs)
+    live = k[None, :] < count[:, None]
+    zc = np.where(live, zc, 0.0)
+    low = np.maximum(zc, -u)  # clipped below: raises the contrast, so only makes *safe* harder
+
+    # Predictable mean and variance of the earlier contrasts, shrunk towards 0 and (U/2)².
+    prior_n, prior_var = 1.0, (u / 2.0) ** 2
+    s1 = np.cumsum(low, axis=1) - low
+    s2 = np.cumsum(low * low, axis=1) - low * low
+    kk = k[None, :].astype(np.float64)
+    mean = s1 / (kk + prior_n)
+    ssd = np.maximum(s2 - np.where(kk > 0, s1 * s1 / np.maximum(kk, 1.0), 0.0), 0.0)
+    var = (prior_var * prior_n + ssd) / (kk + prior_n)
+    kelly = mean / (var + mean * mean)
+    bet_safe = np.clip(-kelly, 0.0, cap)
+    bet_unsafe = np.clip(kelly, 0.0, cap)
+
+    out = live & (zc > u)
+    dead = np.cumsum(out, axis=1) > 0
+    step_safe = np.log(np.maximum(1.0 - bet_safe * np.minimum(zc, u), 1e-300))
+    step_unsafe = np.log1p(bet_unsafe * low)
+    log_safe = np.cumsum(np.where(live, step_safe, 0.0), axis=1)
+    log_unsafe = np.cumsum(np.where(live, step_unsafe, 0.0), axis=1)
+    # Ville's inequality bounds the chance that the capital *ever* reaches 1/α: a crossing counts
+    # from then on.
+    crossed_safe = np.maximum.accumulate(log_safe, axis=1) >= threshold
+    crossed_unsafe = np.maximum.accumulate(log_unsafe, axis=1) >= threshold
+
+    # Dependence: the batch-means variance-inflation factor F = b · Var(batch means) / Var(z) over
+    # _BATCHES consecutive batches of b = ⌊n / _BATCHES⌋ pairs (contrasts clipped to the range both
+    # ways, so one burst cannot fake or hide it). F ≈ 1 for independent pairs; persistent interference
+    # makes the batch means vary more than their pairs predict. Evidence from n dependent pairs is
+    # worth about n / F independent ones, and the log-capital of a betting test grows about F times
+    # too fast: a safe verdict needs log K ≥ max(1, F) · log(1/α).
+    y = np.clip(zc, -u, u) * live
+    n = kk + 1.0
+    sy = np.cumsum(y, axis=1)
+    syy = np.cumsum(y * y, axis=1)
+    inflation = _inflation(sy, syy, k)
+    lag1 = _lag1(y, sy, syy, kk)
+    run_max_safe = np.maximum.accumulate(log_safe, axis=1)
+    # And no safe verdict while the lag-1 autocorrelation is above what independent pairs give in
+    # ~90% of probes: slow, persistent interference shows there first.
+    correlated = (n >= 8) & (lag1 * np.sqrt(n) > _LAG1_Z)
+    if dependence_of is not None:
+        inflation = np.broadcast_to(dependence_of.inflation, inflation.shape)
+        correlated = np.broadcast_to(dependence_of.correlated, correlated.shape)
+    blocked = crossed_safe & ((log_safe < np.maximum(inflation, 1.0) * threshold) | correlated)
+    enough = n >= settings.min_pairs
+    safe = live & crossed_safe & ~blocked & ~dead & (n >= settings.min_safe_pairs)
+    unsafe = live & crossed_unsafe & enough
+
+    futile = np.zeros_like(live)
+    if pairs_left_after is not None:
+        left = np.take_along_axis(pairs_left_after, position, axis=1).astype(np.float64)
+        mean_now = (s1 + low) / n
+        var_now = np.maximum((s2 + low * low) / n - mean_now * mean_now, 0.0) * n / np.maximum(n - 1.0, 1.0)
+        se = np.sqrt(var_now / n)
+        run_max_unsafe = np.maximum.accumulate(log_unsafe, axis=1)
+        reach_safe = (
+            ~dead
+            & (n + left >= settings.min_safe_pairs)
+            & (run_max_safe + left * _growth(-mean_now + 2 * se, var_now, cap) >= np.maximum(inflation, 1.0) * threshold)
+        )
+        reach_unsafe = run_max_unsafe + left * _growth(mean_now + 2 * se, var_now, cap) >= threshold
+        # Not before _FUTILITY_MIN_PAIRS: a variance from a handful of pairs is too rough to give up on.
+        futile = live & (n >= max(_FUTILITY_MIN_PAIRS, settings.min_pairs)) & ~safe & ~unsafe & ~reach_safe & ~reach_unsafe
+    return Paths(
+        position, count.astype(np.int64), safe, unsafe, futile, out, blocked, log_safe, log_unsafe, lag1, inflation,
+        correlated,
+    )
+
+
+def _inflation(sy: FloatArray, syy: FloatArray, k: IntArray) -> FloatArray:
+    """The batch-means variance-inflation factor after each pair (1 until each batch has _MIN_BATCH
+    pairs: from fewer it is too noisy to tell dependence from chance)."""
+    rows = sy.shape[0]
+    size = (k + 1) // _BATCHES  # pairs per batch after pair k
+    edges = size[:, None] * np.arange(_BATCHES + 1)[None, :] - 1  # (N, B+1): last index of each batch
+    padded = np.concatenate([np.zeros((rows, 1)), sy], axis=1)  # padded[:, j + 1] = Σ_{i ≤ j} y_i
+    sums = padded[:, edges + 1]  # (rows, N, B+1)
+    batch_means = np.diff(sums, axis=2) / np.maximum(size, 1)[None, :, None]
+    used = (size * _BATCHES).astype(np.float64)  # pairs inside the batches
+    tot = padded[:, np.maximum(size * _BATCHES, 0)]
+    sq = np.concatenate([np.zeros((rows, 1)), syy], axis=1)[:, np.maximum(size * _BATCHES, 0)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var_pairs = (sq - tot * tot / np.maximum(used, 1.0)) / np.maximum(used - 1.0, 1.0)
+        var_batches = batch_means.var(axis=2, ddof=1)
+        factor = np.where(
+            (size >= _MIN_BATCH)[None, :] & (var_pairs > 1e-18), size[None, :] * var_batches / var_pairs, 1.0
+        )
+    return np.asarray(factor, dtype=np.float64)
+
+
+def _lag1(y: FloatArray, sy: FloatArray, syy: FloatArray, kk: FloatArray) -> FloatArray:
+    """Lag-1 autocorrelation of the contrasts after each pair (reported, not decided on)."""
+    n = kk + 1.0
+    m = sy / n
+    c0 = syy - sy * sy / n
+    products = np.zeros_like(y)
+    products[:, 1:] = y[:, 1:] * y[:, :-1]
+    c1 = np.cumsum(products, axis=1) - m * (2.0 * sy - y[:, :1] - y) + kk * m * m
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(c0 > 1e-18, c1 / c0, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,9 +486,11 @@ class Judgment:
     """The judge's answer.
 
     ``label`` is ``None`` only from :func:`judge` with ``budget_exhausted=False`` when it wants more
-    data (the orchestrator keeps probing); every final judgment has a label. ``estimate_pct`` and
-    ``interval_pct`` are ``None`` when no usable pair exists; an interval endpoint is ``±inf`` while
-    the data cannot bound it. ``confidence`` is the coverage the interval guarantees."""
+    data (the orchestrator keeps probing); every final judgment has a label. ``estimate_pct`` is the
+    plug-in slowdown ``Σ on / Σ off − 1`` (ratio of mean latencies) and ``interval_pct`` the
+    confidence sequence for it; both ``None`` when no usable pair exists; an interval endpoint is
+    ``±inf`` while the data cannot bound it. ``confidence`` is the coverage each one-sided claim
+    guarantees. ``rule`` says what decided (see :data:`DecidingRule`)."""
 
     label: JudgeLabel | None
     estimate_pct: float | None
@@ -289,58 +502,70 @@ class Judgment:
     dropped_samples: int = 0
     no_data_pairs: int = 0
     stalled_pairs: int = 0
+    rule: DecidingRule = "none"
+    out_of_range_pairs: int = 0
+    lag1_autocorrelation: float | None = None
 
     @property
     def decided(self) -> bool:
         return self.label is not None
 
 
-def _to_pct(log_ratio: float) -> float:
-    if log_ratio >= _MAX_LOG_RATIO:
-        return math.inf
-    if log_ratio <= -_MAX_LOG_RATIO:
-        return -100.0
-    return 100.0 * math.expm1(log_ratio)
+def _to_pct(ratio: float) -> float:
+    return 100.0 * (ratio - 1.0)
 
 
-def projected_half_width(state: SequentialState, n: int, alpha: float, precision: float) -> float:
-    """The half-width the confidence sequence would have after ``n`` pairs if the spread of the pairs
-    stays what it is now (``inf`` while that is still unbounded)."""
-    if state.n < 2 or n < 2:
-        return math.inf
-    variance = state.sum_sq_dev / (state.n - 1)
-    projected = SequentialState(n, state.mean, variance * (n - 1))
-    low, high = confidence_sequence(projected, alpha, precision)
-    return (high - low) / 2
-
-
-def futile(state: SequentialState, settings: JudgeSettings, max_pairs: int) -> bool:
-    """Whether the probe cannot reach a verdict within ``max_pairs`` even if the true mean lay two
-    standard errors further from the bound than the estimate: then more windows only spend exposure.
-
-    Stopping for futility ends *inconclusive*, never *safe*, so it cannot add a false admit: the
-    coverage guarantee of the confidence sequence is untouched."""
-    if state.n < max(2, settings.min_pairs) or max_pairs <= state.n:
-        return False
-    standard_error = math.sqrt(state.sum_sq_dev / (state.n - 1) / state.n)
-    distance = abs(state.mean - settings.bound_log_ratio) + 2 * standard_error
-    return distance < projected_half_width(state, max_pairs, settings.alpha, settings.mixture_precision)
+def confidence_interval(
+    off_stats: FloatArray,
+    on_stats: FloatArray,
+    valid: BoolArray,
+    baseline: float,
+    settings: JudgeSettings,
+    at_bound: Paths | None = None,
+) -> tuple[float, float]:
+    """The ratios not excluded by either test (with the same range, burst and dependence rules), as
+    slowdowns in percent; an end at the grid's edge is reported as ``-100``/``inf``. Display only:
+    the verdict comes from the test at the bound itself."""
+    grid = _RATIO_GRID
+    rows = grid.size
+    z = pair_contrasts(
+        np.broadcast_to(off_stats, (rows, off_stats.size)).copy(),
+        np.broadcast_to(on_stats, (rows, on_stats.size)).copy(),
+        np.broadcast_to(valid, (rows, valid.size)).copy(),
+        np.full(rows, baseline),
+        grid,
+    )
+    paths = sequential_paths(z, settings, dependence_of=at_bound)
+    last = np.maximum(paths.usable - 1, 0)
+    has = paths.usable > 0
+    excluded_above = has & np.take_along_axis(paths.safe, last[:, None], axis=1)[:, 0]
+    excluded_below = has & np.take_along_axis(paths.unsafe, last[:, None], axis=1)[:, 0]
+    kept = ~(excluded_above | excluded_below)
+    if not kept.any():  # the tests disagree at every ratio: report the plug-in's neighbourhood as unbounded
+        return (-100.0, math.inf)
+    idx = np.flatnonzero(kept)
+    low = -100.0 if idx[0] == 0 else _to_pct(float(grid[idx[0]]))
+    high = math.inf if idx[-1] == rows - 1 else _to_pct(float(grid[idx[-1]]))
+    return (low, high)
 
 
 def judge(
-    pairs: Sequence[WindowPair], settings: JudgeSettings, *, budget_exhausted: bool, max_pairs: int | None = None
+    pairs: Sequence[WindowPair],
+    settings: JudgeSettings,
+    *,
+    budget_exhausted: bool,
+    max_pairs: int | None = None,
+    baseline_ms: Sequence[object] | None = None,
 ) -> Judgment:
-    """Judge all window pairs so far.
+    """Judge all window pairs so far (``baseline_ms``: the resident-alone window before them, which
+    sets the first pair's scale; without it the first usable pair only sets the scale).
 
-    A pair whose on-window has not one usable sample while its off-window has enough is a *stall*: the
-    resident served nothing with the canary on. That is evidence of harm, never a pass, so it makes
-    the judgment ``unsafe`` at once. A pair where the off-window has no data is skipped and counted.
-    """
-    state = SequentialState()
-    raw = 0
-    dropped = 0
-    no_data = 0
-    stalled = 0
+    A pair whose on-window the monitor marked stalled decides *unsafe* at once. A pair with a no-data
+    window is skipped and counted: no data is neither a pass nor harm."""
+    raw = dropped = no_data = stalled = 0
+    offs: list[float] = []
+    ons: list[float] = []
+    ok: list[bool] = []
     for index, pair in enumerate(pairs):
         off = preprocess_window(pair.off_ms, settings)
         on = preprocess_window(pair.on_ms, settings)
@@ -349,82 +574,91 @@ def judge(
         for name, window in (("off", off), ("on", on)):
             if window.status == "error":
                 return Judgment(
-                    "error",
-                    None,
-                    None,
-                    settings.required_confidence,
-                    index + 1,
-                    raw,
-                    f"pair {index} {name}-window: {window.reason}",
-                    dropped,
-                    no_data,
-                    stalled,
+                    "error", None, None, settings.required_confidence, index + 1, raw,
+                    f"pair {index} {name}-window: {window.reason}", dropped, no_data, stalled, "none",
                 )
-        # Not one usable on-sample beside a full off-window: the resident stalled. (A few samples,
-        # below the minimum, are only too little data: Poisson arrivals give that by chance.)
-        if on.status == "no-data" and not on.values_ms and off.status == "ok":
+        if pair.on_stalled:
             stalled += 1
-            continue
-        x = pair_statistic(off, on)
-        if x is None:
+        usable = off.statistic_ms is not None and on.statistic_ms is not None
+        if not usable and not pair.on_stalled:
             no_data += 1
-            continue
-        state = update(state, x)
-    used = state.n
+        offs.append(off.statistic_ms if off.statistic_ms is not None else math.nan)
+        ons.append(on.statistic_ms if on.statistic_ms is not None else math.nan)
+        ok.append(usable)
+    base = math.nan
+    if baseline_ms is not None:
+        clean = preprocess_window(baseline_ms, settings)
+        if clean.statistic_ms is not None:
+            base = clean.statistic_ms
+    off_arr = np.array([offs], dtype=np.float64)
+    on_arr = np.array([ons], dtype=np.float64)
+    valid = np.array([ok], dtype=np.bool_)
+    estimate = None
+    if valid.any():
+        estimate = _to_pct(float(on_arr[valid].sum() / off_arr[valid].sum()))
+    conf = settings.required_confidence
+    limit = settings.max_resident_slowdown_pct
     if stalled:
-        estimate = _to_pct(state.mean) if used else None
         return Judgment(
-            "unsafe",
-            estimate,
-            None,
-            settings.required_confidence,
-            len(pairs),
-            raw,
-            f"the resident served no usable request in {stalled} canary-on window(s) "
-            "while it did with the canary off",
-            dropped,
-            no_data,
-            stalled,
+            "unsafe", estimate, None, conf, len(pairs), raw,
+            f"the resident was stalled (requests outstanding past their timeout, or its SLO monitor) in "
+            f"{stalled} canary-on window(s)", dropped, no_data, stalled, "stall",
         )
-    if used == 0:
-        # Without a usable pair the judge waits for more data; at the end it says no-data.
+    z = pair_contrasts(off_arr, on_arr, valid, np.array([base]), settings.bound_ratio)
+    tested = int(np.isfinite(z).sum())
+    if tested == 0:
         label: JudgeLabel | None = "no-data" if budget_exhausted else None
         return Judgment(
-            label,
-            None,
-            None,
-            settings.required_confidence,
-            len(pairs),
-            raw,
-            f"no usable window pair ({no_data} without data); no data is never a pass",
-            dropped,
-            no_data,
-            stalled,
+            label, estimate, None, conf, len(pairs), raw,
+            f"no usable window pair to test ({no_data} without data); no data is never a pass",
+            dropped, no_data, stalled, "budget" if label else "none",
         )
-    low, high = confidence_sequence(state, settings.alpha, settings.mixture_precision)
-    bound = settings.bound_log_ratio
-    label = classify(
-        (low, high), bound, pairs=used, min_pairs=settings.min_pairs, budget_exhausted=budget_exhausted
-    )
-    stopped_for_futility = label is None and max_pairs is not None and futile(state, settings, max_pairs)
-    if stopped_for_futility:
-        label = "inconclusive"
-    estimate = _to_pct(state.mean)
-    interval = (_to_pct(low), _to_pct(high))
-    limit = settings.max_resident_slowdown_pct
-    conf = settings.required_confidence
+    left = None
+    if max_pairs is not None:
+        left = np.array([[max(0, max_pairs - (i + 1)) for i in range(len(pairs))]], dtype=np.int64)
+    paths = sequential_paths(z, settings, pairs_left_after=left)
+    last = tested - 1
+    is_safe = bool(paths.safe[0, last])
+    is_unsafe = bool(paths.unsafe[0, last])
+    is_futile = bool(paths.futile[0, last])
+    out_of_range = int(paths.out_of_range[0, :tested].sum())
+    lag1 = float(paths.lag1[0, last]) if tested >= 4 else None
+    interval = confidence_interval(off_arr[0], on_arr[0], valid[0], base, settings, paths)
     span = f"[{interval[0]:.2f}%, {interval[1]:.2f}%]"
-    if label == "unsafe":
-        reason = f"slowdown {span} at {conf:.0%} lies above the bound {limit:g}% after {used} pair(s)"
-    elif label == "safe":
-        reason = f"slowdown {span} at {conf:.0%} lies below the bound {limit:g}% after {used} pair(s)"
-    elif label == "inconclusive" and stopped_for_futility:
-        reason = (f"slowdown {span} at {conf:.0%} straddles the bound {limit:g}% after {used} pair(s), and the "
-                  f"{max_pairs} pair(s) the budget allows could not settle it: stopped early to save exposure")
-    elif label == "inconclusive":
-        reason = f"budget ended with slowdown {span} at {conf:.0%} straddling the bound {limit:g}% after {used} pair(s)"
-    else:
-        reason = f"slowdown {span} straddles the bound {limit:g}% after {used} pair(s); continuing"
+    of = "mean latencies" if settings.window_statistic == "mean" else "window medians"
+    est = f"slowdown {estimate:.2f}% (ratio of {of}), {conf:.0%} interval {span}"
+    notes = []
+    if out_of_range:
+        notes.append(f"{out_of_range} pair(s) beyond the range of {settings.range_z:.3f} (no safe verdict after one)")
+    if bool(paths.dependence_blocked[0, last]):
+        notes.append(f"pairs look dependent (batch-means variance inflation "
+                     f"{float(paths.inflation[0, last]):.2f}, lag-1 autocorrelation {lag1 if lag1 is not None else 0:.2f}): "
+                     "the safe side needs that much more evidence")
+    if tested < settings.min_safe_pairs and not is_unsafe:
+        notes.append(f"a safe verdict needs {settings.min_safe_pairs} usable pairs (bursts in "
+                     f"{settings.burst_rate_guarded:.0%} of windows seen with probability {conf:.0%})")
     if no_data:
-        reason += f"; {no_data} pair(s) without data skipped"
-    return Judgment(label, estimate, interval, conf, len(pairs), raw, reason, dropped, no_data, stalled)
+        notes.append(f"{no_data} pair(s) without data skipped")
+    rule: DecidingRule = "none"
+    if is_unsafe:
+        label, rule = "unsafe", "judge"
+        reason = f"{est}: the test rejects 'within {limit:g}%' at {conf:.0%} after {tested} pair(s)"
+    elif is_safe:
+        label, rule = "safe", "judge"
+        reason = f"{est}: the test rejects 'beyond {limit:g}%' at {conf:.0%} after {tested} pair(s)"
+    elif budget_exhausted:
+        label, rule = "inconclusive", "budget"
+        reason = f"budget ended: {est}; neither side of the bound {limit:g}% settled after {tested} pair(s)"
+    elif is_futile:
+        label, rule = "inconclusive", "futility"
+        reason = (f"{est}; the {max_pairs} pair(s) the budget allows could not settle the bound {limit:g}%: "
+                  "stopped early to save exposure")
+    else:
+        label = None
+        reason = f"{est}; the bound {limit:g}% is not settled after {tested} pair(s); continuing"
+    if notes:
+        reason += "; " + "; ".join(notes)
+    return Judgment(
+        label, estimate, interval, conf, len(pairs), raw, reason, dropped, no_data, stalled, rule,
+        out_of_range, lag1,
+    )

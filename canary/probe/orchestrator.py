@@ -8,11 +8,16 @@ States (each transition is recorded as ``(state, at, message)``)::
   with owner, lease, pid and process group) **before** the candidate is let run.
 - ``BASELINE``: one window of the resident alone; no data, garbage, or an SLO already breached
   aborts (no data is never a pass).
-- ``PROBING``: canary-on and canary-off windows interleaved as off/on, on/off, … (ABBA, cancels linear
-  drift). Before every on-window the exposure left is computed; the executor gets an
+- ``PROBING``: canary-on and canary-off windows in pairs; pairs come in blocks of two ordered
+  off/on, on/off or on/off, off/on by a coin seeded from the probe id, with window lengths drawn
+  around ``sampling_window_s`` (:func:`~canary.probe.judge.pair_schedule`): a linear drift cancels
+  inside a block and a periodic resident cannot alias with the schedule. Before every on-window the exposure left is computed; the executor gets an
   :class:`~canary.probe.interfaces.ExposureGate` and cannot send a request past it. An on-window
-  whose resident p99 breaches the SLO, or whose slowdown against the adjacent off-window exceeds
-  the guard, decides *unsafe* at once: rollback follows within that window.
+  whose resident p99 breaches the SLO, or whose slowdown against the slowest off-window so far
+  (the baseline included) exceeds the guard (the on-window with at least
+  ``slowdown_guard_min_samples`` samples), decides *unsafe* at
+  once: rollback follows within that window. The judgment records which rule decided
+  (``Judgment.rule``: judge, guard, slo, stall, futility, budget).
 - ``JUDGING``: after each pair, the sequential judge (:mod:`canary.probe.judge`).
 - ``DECIDED`` (safe / unsafe / inconclusive, also when the time or exposure budget ends) or
   ``ABORTED`` (start failure, garbage data, an executor or monitor error, cancellation).
@@ -34,6 +39,7 @@ import datetime as dt
 import math
 import os
 import socket
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -52,10 +58,12 @@ from canary.probe.interfaces import (
 )
 from canary.probe.judge import (
     CleanWindow,
+    DecidingRule,
     JudgeSettings,
     Judgment,
     WindowPair,
     judge,
+    pair_schedule,
     preprocess_window,
 )
 
@@ -162,6 +170,12 @@ class ProbeResult:
             "slowdown_interval_pct": interval,
             "confidence": self.confidence,
             "simulated": self.simulated,
+            "decided_by_rule": self.judgment.rule if self.judgment else None,
+            "slowdown_estimand": (
+                "ratio of the resident's mean latency with the candidate to without, minus 1"
+                if self.budget.window_statistic == "mean"
+                else "ratio of the resident's window-median latency with the candidate to without, minus 1"
+            ),
             "budget": {
                 k: v for k, v in self.budget.model_dump().items() if isinstance(v, int | float | bool)
             },
@@ -198,6 +212,7 @@ class _Run:
     slo_latency_p99_ms: float | None
     lease_s: float
     rollback_grace_s: float
+    schedule_seed: int
     settings: JudgeSettings = field(init=False)
     state: ProbeState | None = None
     transitions: list[Transition] = field(default_factory=list)
@@ -210,7 +225,9 @@ class _Run:
     sim_time_s: float = 0.0
     t0: float = 0.0
     journaled: bool = False
-    last_off: CleanWindow | None = None
+    off_max_ms: float = 0.0
+    off_windows: int = 0
+    baseline_ms: tuple[object, ...] | None = None
     progress_error: str | None = None
 
     def __post_init__(self) -> None:
@@ -341,9 +358,9 @@ class _Run:
         if not self.time_left_for(self.budget.baseline_window_s):
             self.abort("the baseline window does not fit in the time budget")
             raise _Stop
-        base = preprocess_window(
-            (await self.measure("baseline", self.budget.baseline_window_s)).latencies_ms, self.settings
-        )
+        baseline = await self.measure("baseline", self.budget.baseline_window_s)
+        self.baseline_ms = tuple(baseline.latencies_ms)
+        base = preprocess_window(baseline.latencies_ms, self.settings)
         if base.status != "ok":
             self.abort(f"baseline: {base.status}: {base.reason}; no data is never a pass")
             raise _Stop
@@ -353,30 +370,36 @@ class _Run:
                 f"the resident breaches its SLO before the canary starts: p99 {p99:.2f} ms > {self.slo_latency_p99_ms:g} ms"
             )
             raise _Stop
-        self.last_off = base
+        self._add_off(base)
         await self.executor.start()
         self.go("PROBING", "candidate started")
         window_s = self.budget.sampling_window_s
+        seed = self.schedule_seed
         index = 0
         while True:
-            order: tuple[Literal["off", "on"], ...] = ("off", "on") if index % 2 == 0 else ("on", "off")
+            pair_order, pair_s = pair_schedule(seed, index, window_s)
+            order: tuple[Literal["off", "on"], ...] = ("off", "on") if pair_order == "off-on" else ("on", "off")
             got: dict[str, WindowSample] = {}
             for kind in order:
-                if not self.time_left_for(window_s):
+                if not self.time_left_for(pair_s):
                     return self.final_judgment("time budget spent")
                 if kind == "on" and self.exposure_used >= self.budget.max_requests_exposed:
                     return self.final_judgment("exposure budget spent")
-                got[kind] = await self.measure(kind, window_s)
-                if kind == "off":
-                    clean_off = preprocess_window(got["off"].latencies_ms, self.settings)
-                    if clean_off.status == "ok":
-                        self.last_off = clean_off
-                else:
+                got[kind] = await self.measure(kind, pair_s)
+                if kind == "on":
                     self.guard(preprocess_window(got["on"].latencies_ms, self.settings), partial=got)
-            self.pairs.append(WindowPair(got["off"].latencies_ms, got["on"].latencies_ms))
+            self.pairs.append(_pair(got["off"], got["on"]))
+            # The guard's reference grows only between pairs, as the judge's scale does.
+            self._add_off(preprocess_window(got["off"].latencies_ms, self.settings))
             index += 1
             self.go("JUDGING", f"pair {index}")
-            j = judge(self.pairs, self.settings, budget_exhausted=False, max_pairs=self.max_pairs(window_s))
+            j = judge(
+                self.pairs,
+                self.settings,
+                budget_exhausted=False,
+                max_pairs=self.max_pairs(window_s),
+                baseline_ms=self.baseline_ms,
+            )
             self.judgment = j
             if j.label == "error":
                 self.abort(f"judge error: {j.reason}")
@@ -386,9 +409,15 @@ class _Run:
                 return None
             self.go("PROBING", j.reason)
 
+    def _add_off(self, off: CleanWindow) -> None:
+        if off.statistic_ms is not None:
+            self.off_max_ms = max(self.off_max_ms, off.statistic_ms)
+            self.off_windows += 1
+
     def guard(self, on: CleanWindow, *, partial: dict[str, WindowSample]) -> None:
         """SLO breach and slowdown guard on one on-window: decide *unsafe* at once."""
         reason = None
+        rule: DecidingRule = "none"
         if (
             on.status == "ok"
             and self.slo_latency_p99_ms is not None
@@ -397,17 +426,21 @@ class _Run:
             p99 = _p99(on.values_ms)
             if p99 > self.slo_latency_p99_ms:
                 reason = f"slo-breach: resident p99 {p99:.2f} ms > SLO {self.slo_latency_p99_ms:g} ms with the canary on"
-        if reason is None and on.statistic_ms is not None and self.last_off and self.last_off.statistic_ms:
-            slowdown_pct = 100.0 * (on.statistic_ms / self.last_off.statistic_ms - 1.0)
+                rule = "slo"
+        enough = self.budget.slowdown_guard_min_samples
+        if reason is None and on.statistic_ms is not None and len(on.values_ms) >= enough and self.off_windows:
+            reference_ms = self.off_max_ms
+            slowdown_pct = 100.0 * (on.statistic_ms / reference_ms - 1.0)
             guard_pct = self.budget.effective_slowdown_guard_pct
             if slowdown_pct > guard_pct:
                 reason = f"slowdown-guard: one window {slowdown_pct:.1f}% slower > guard {guard_pct:g}%"
+                rule = "guard"
         if reason is None:
             return
         pairs = list(self.pairs)
         if "off" in partial:
-            pairs.append(WindowPair(partial["off"].latencies_ms, partial["on"].latencies_ms))
-        base = judge(pairs, self.settings, budget_exhausted=False) if pairs else None
+            pairs.append(_pair(partial["off"], partial["on"]))
+        base = judge(pairs, self.settings, budget_exhausted=False, baseline_ms=self.baseline_ms) if pairs else None
         j = Judgment(
             "unsafe",
             base.estimate_pct if base else None,
@@ -416,6 +449,7 @@ class _Run:
             len(pairs),
             base.raw_samples if base else len(partial["on"].latencies_ms),
             reason,
+            rule=rule,
         )
         self.decide(j, reason)
         raise _Stop
@@ -423,7 +457,7 @@ class _Run:
     def final_judgment(self, why: str) -> None:
         if self.state != "JUDGING":
             self.go("JUDGING", why)
-        j = judge(self.pairs, self.settings, budget_exhausted=True)
+        j = judge(self.pairs, self.settings, budget_exhausted=True, baseline_ms=self.baseline_ms)
         if j.label == "error":
             self.judgment = j
             self.abort(f"judge error: {j.reason}")
@@ -532,6 +566,10 @@ async def _drive(
     await executor.drive(duration_s, gate, task_status=task_status)
 
 
+def _pair(off: WindowSample, on: WindowSample) -> WindowPair:
+    return WindowPair(off.latencies_ms, on.latencies_ms, on_stalled=on.stalled)
+
+
 def _p99(values_ms: tuple[float, ...]) -> float:
     ordered = sorted(values_ms)
     rank = max(0, math.ceil(0.99 * len(ordered)) - 1)
@@ -561,8 +599,12 @@ async def run_probe(
     slo_latency_p99_ms: float | None = None,
     lease_s: float = DEFAULT_LEASE_S,
     rollback_grace_s: float = ROLLBACK_GRACE_S,
+    schedule_seed: int | None = None,
 ) -> ProbeResult:
     """Run one bounded probe and return its result; the candidate is always rolled back.
+
+    ``schedule_seed`` seeds the random pair order and window lengths (default: from ``probe_id``);
+    a simulated probe passes its simulator seed so that a seeded run is reproducible.
 
     Raises :class:`RollbackFailed` (a ``ProbeError``, exit 4) when the candidate could not be proven
     gone; cancellation and ``KeyboardInterrupt`` propagate after a shielded rollback."""
@@ -582,5 +624,6 @@ async def run_probe(
         slo_latency_p99_ms=slo_latency_p99_ms,
         lease_s=lease_s,
         rollback_grace_s=rollback_grace_s,
+        schedule_seed=schedule_seed if schedule_seed is not None else zlib.crc32(probe_id.encode()),
     )
     return await run.execute()

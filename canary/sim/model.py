@@ -141,16 +141,9 @@ class Traits:
 
 
 def _kernel_residency(spec: DeviceSpec, kernel: KernelSpec) -> KernelResidency:
-    from canary.occupancy import cuda_occupancy
+    from canary.occupancy import kernel_occupancy
 
-    occ = cuda_occupancy(
-        spec,
-        registers_per_thread=kernel.registers_per_thread,
-        threads_per_block=kernel.threads_per_block,
-        static_shared_bytes=kernel.static_shared_bytes,
-        dynamic_shared_bytes=kernel.dynamic_shared_bytes,
-        barriers=kernel.barriers,
-    )
+    occ = kernel_occupancy(spec, kernel)
     if occ.active_blocks_per_sm < 1:
         raise InputError(
             f"kernel {kernel.name!r} cannot run on {spec.name}: not one block fits on an SM",

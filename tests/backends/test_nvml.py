@@ -196,3 +196,17 @@ def test_clock_event_names(mask: int, names: tuple[str, ...]) -> None:
 @pytest.mark.parametrize(("encoded", "text"), [(13000, "13.0"), (12040, "12.4"), (13040, "13.4")])
 def test_cuda_version_text(encoded: int, text: str) -> None:
     assert nvml.cuda_version_text(encoded) == text
+
+
+def test_live_gpu_the_catalog_lacks_resolves_to_an_uncatalogued_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvml:N on a model the catalog does not have is a fact, not bad input (only the driver is faked)."""
+    from canary.backends import resolve_device
+
+    real = nvml.read_snapshot
+    fake = FakeNvml(name="NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    monkeypatch.setattr(nvml, "read_snapshot", lambda index: real(index, module=fake, sleep=lambda _s: None))
+    device = resolve_device("nvml:0")
+    assert device.kind == "nvml" and not device.spec.catalogued
+    assert device.spec.name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert device.spec.memory_bytes == TOTAL  # what NVML itself reported
+    assert "not in the catalog" in device.snapshot.unknown_reasons["device_type"]

@@ -160,3 +160,21 @@ def test_cli_rocm_without_library_is_one_clean_line() -> None:
     assert done.stderr.strip().splitlines() == [
         f"canary: {AMDSMI_LIBRARY_MISSING} (KeyError: 'libamd_smi.so')"
     ]
+
+
+def test_partitions_land_in_the_snapshot_and_stage_1_decides_without_a_compute_mode() -> None:
+    from canary.catalog import lookup
+    from canary.hardfit import check, parse_regime
+    from canary.policy import load_policy
+    from canary.profile import MemoryEnvelope, WorkloadProfile
+    from canary.snapshot import DevicePartition
+
+    snap = rocm.read_snapshot(0, module=FakeAmdSmi())
+    assert snap.partition == DevicePartition(compute="SPX", memory="NPS1")
+    assert snap.compute_mode is None  # amdsmi has none to report …
+    cand = WorkloadProfile(name="c", version="1", memory=MemoryEnvelope(reserved_bytes=1 << 30, peak_bytes=1 << 30))
+    hard = check(snap, lookup("mi300x"), cand, load_policy("default"), parse_regime("timeslice"))
+    # … and AMD has no exclusive mode to check; what stays unknown is the unprofiled pid:2718's memory.
+    assert next(f for f in hard.findings if f.resource == "compute_mode").verdict == "yes"
+    assert next(f for f in hard.findings if f.resource == "amd_partition").available == 304
+    assert hard.limiting_resource == "hbm" and hard.verdict == "unknown"

@@ -21,8 +21,8 @@ ENGINE = "+pairwise evidence (full engine)"
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "report"
-    proc = subprocess.run([*canary_cmd(), "bench", "--quick", "--seed", "0", "--out", str(out)],
-                          capture_output=True, text=True, env=cli_env(tmp), timeout=120)
+    proc = subprocess.run([*canary_cmd(), "bench", "--quick", "--seed", "0", "--seeds", "2", "--out", str(out)],
+                          capture_output=True, text=True, env=cli_env(tmp), timeout=280)
     return proc, out
 
 
@@ -34,7 +34,7 @@ def results(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> dict[st
     return doc
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_quick_bench_writes_report_json_and_pngs(quick_run: tuple[subprocess.CompletedProcess[str], Path],
                                                  results: dict[str, Any]) -> None:
     proc, out = quick_run
@@ -43,13 +43,60 @@ def test_quick_bench_writes_report_json_and_pngs(quick_run: tuple[subprocess.Com
     for name in PNGS:
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n", name
-    # Progress: one line per scenario on stderr.
-    assert proc.stderr.count("truth=") == len(results["scenarios"])
+    # Progress: one line per scenario and seed on stderr.
+    assert proc.stderr.count("truth=") == 2 * len(results["scenarios"])
     assert results["quick"] is True and results["seed"] == 0
     assert len(results["scenarios"]) >= 15
     assert {"hard-sm", "hard-hbm", "hard-mig", "hard-mode", "dram", "temporal", "benign", "unknown"} <= set(
         results["families"])
     assert results["policies"][-1] == ENGINE and len(results["policies"]) == 10
+
+
+def test_spread_over_seeds_is_reported(quick_run: tuple[subprocess.CompletedProcess[str], Path],
+                                       results: dict[str, Any]) -> None:
+    _, out = quick_run
+    assert results["seeds"] == [0, 1]
+    for name in results["policies"]:
+        spread = results["across_seeds"][name]
+        for key in ("false_admits", "false_rejects", "unknowns", "errors_total"):
+            v = spread[key]
+            assert len(v["values"]) == 2 and v["min"] <= v["mean"] <= v["max"]
+            assert v["sd"] == pytest.approx(abs(v["values"][0] - v["values"][1]) / 2**0.5)
+    # Seed 0's headline count is the first value of the spread.
+    assert results["across_seeds"][ENGINE]["false_rejects"]["values"][0] == \
+        results["metrics"][ENGINE]["headline"]["false_rejects"]
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "Headline across 2 seeds" in report and "Consistency checks, not evidence" in report
+
+
+def test_every_engine_rejection_is_attributed(results: dict[str, Any]) -> None:
+    causes = results["engine_rejections"]
+    assert set(causes) <= {"hard-fit", "cache", "judge", "guard", "slo", "stall"}
+    rejects = [s for s in results["scenarios"] if s["decisions"][ENGINE]["verdict"] == "reject"]
+    assert sum(c["rejections"] for c in causes.values()) == len(rejects)
+    false = sum(1 for s in rejects if s["truth"]["safe"])
+    assert sum(c["false_rejects"] for c in causes.values()) == false
+    for s in rejects:
+        d = s["decisions"][ENGINE]
+        if d["decided_by"] == "canary":
+            assert d["rule"] in ("judge", "guard", "slo", "stall"), s["id"]
+
+
+def test_gavel_is_out_of_the_headline(results: dict[str, Any]) -> None:
+    engine = results["metrics"][ENGINE]
+    if "gavel" not in engine["families"]:
+        pytest.skip("no Gavel data here")
+    assert "gavel" in results["out_of_headline"]
+    assert engine["headline"]["scenarios"] == engine["overall"]["scenarios"] - engine["families"]["gavel"]["scenarios"]
+
+
+def test_truth_and_probe_draw_from_independent_seeds() -> None:
+    from canary.bench.runner import scenario_seed
+    from canary.bench.scenarios import _hard_fit
+
+    sc = _hard_fit()[0]
+    assert scenario_seed(0, sc, "truth") != scenario_seed(0, sc, "probe")
+    assert scenario_seed(0, sc, "truth") == scenario_seed(0, sc, "truth")
 
 
 def test_full_engine_has_no_false_admit_on_hard_fit_families(results: dict[str, Any]) -> None:
@@ -168,3 +215,22 @@ def test_bad_seed_is_bad_input(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
     assert proc.returncode == 2
     assert "--seed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_coresidency_truth_comes_from_the_compiled_reference_table() -> None:
+    """The hard-sm truth is NVIDIA's calculator's, read from the precomputed table, and the table
+    is what the calculator gives today (when it can be built here)."""
+    from canary.bench.coresidency_table import compute, load
+    from canary.bench.scenarios import _hard_fit
+    from canary.bench.truth import ground_truth
+    from canary.policy import load_policy
+    from tests.harness.occupancy_reference import missing_reason
+
+    table = load()["scenarios"]
+    for sc in _hard_fit():
+        if sc.family != "hard-sm":
+            continue
+        truth = ground_truth(sc, load_policy("default"), seed=0)
+        assert truth.resource == table[sc.id]["resource"] and "cuda_occupancy.h" in truth.detail
+    if missing_reason() is None:
+        assert compute()["scenarios"] == table

@@ -84,7 +84,8 @@ def test_unknown_reservations_and_reserve_are_unknown_not_zero() -> None:
 
 
 def test_unattributed_used_memory_is_counted() -> None:
-    snap = snapshot(memory_used_bytes=41 * GiB)  # 40 GiB held by processes nobody listed
+    # NVML v2: used (40 GiB) excludes the reserve (1 GiB); 80 − 1 − 40 − 4 = 35 GiB for 0.5 + peak.
+    snap = snapshot(memory_used_bytes=40 * GiB)  # 40 GiB held by processes nobody listed
     assert hbm(run(snap, profile(peak_gib=34))).verdict == "yes"
     assert hbm(run(snap, profile(peak_gib=35))).verdict == "no"
 

@@ -30,7 +30,7 @@ def _device(spec_name: str, resident: WorkloadProfile | None) -> DeviceSnapshot:
     return DeviceSnapshot(
         device_type=spec.name, compute_mode="DEFAULT", mig=MigState(enabled=False),
         mps=MpsState(running=True, clients=1, max_clients=48, pinned_memory_limit_bytes=spec.memory_bytes),
-        memory_total_bytes=spec.memory_bytes, memory_used_bytes=2 << 30, memory_reserved_bytes=1 << 30,
+        memory_total_bytes=spec.memory_bytes, memory_used_bytes=1 << 30, memory_reserved_bytes=1 << 30,
         residents=() if resident is None else (Resident(name="r", profile=resident, observed_memory_bytes=1 << 30),),
     )
 
@@ -41,7 +41,7 @@ def _fits_beside(spec_name: str, kernel: KernelSpec, blocks_per_sm: int) -> bool
                                                 "name": "resident"})
     snap = _device(spec_name, _profile("res", resident_kernel))
     hard = check(snap, spec, _profile("cand", kernel), POLICY, parse_regime("mps:100"))
-    sm = [f for f in hard.findings if f.resource in ("registers", "shared_memory", "warps", "blocks")]
+    sm = [f for f in hard.findings if f.resource in ("registers", "shared_memory", "warps", "blocks", "barriers")]
     assert sm, "co-residency must be checked beside a persistent resident"
     return all(f.verdict == "yes" for f in sm)
 
@@ -88,7 +88,7 @@ def test_timeslice_never_checks_coresidency() -> None:
                        grid_blocks=spec.sm_count * 2)
     hard = check(_device("h100-sxm", _profile("res", heavy)), spec, _profile("cand", heavy, latency_critical=True),
                  POLICY, parse_regime("timeslice"))
-    assert not [f for f in hard.findings if f.resource in ("registers", "shared_memory", "warps", "blocks")]
+    assert not [f for f in hard.findings if f.resource in ("registers", "shared_memory", "warps", "blocks", "barriers")]
 
 
 def test_persistent_resident_without_grid_is_unknown_not_free() -> None:

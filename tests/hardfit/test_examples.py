@@ -19,6 +19,9 @@ CASES = [
     ("e-exclusive-process", "embedding-service", None, "no", "reject", "compute_mode"),
     ("f-unprofiled-resident", "embedding-service", None, "unknown", "unknown", "resident_kernels"),
     ("g-nccl-mps-room", "embedding-service", None, "yes", "unknown", None),
+    ("h-hidden-context", "llm-decode", None, "no", "reject", "compute_mode"),
+    ("i-uncatalogued-live", "llm-decode", None, "unknown", "unknown", "candidate_kernels"),
+    ("j-mi300x-spx", "resnet50-training", None, "yes", "admit", None),
 ]
 
 

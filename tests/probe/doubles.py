@@ -90,7 +90,7 @@ class FakeExecutor:
 @dataclass
 class FakeMonitor:
     bench: Bench
-    behaviour: str = "good"  # good | nan | garbage | empty | slow | raise | sleepless | stall-on
+    behaviour: str = "good"  # good | nan | garbage | empty | slow | raise | sleepless | stall-on | sparse-on
     seed: int = 0
     samples_per_window: int = 30
     name: str = "fake-monitor"
@@ -120,7 +120,11 @@ class FakeMonitor:
         if self.behaviour == "garbage":
             return WindowSample(["fast", None, -3, 1.0], duration_s)
         if self.behaviour == "stall-on" and self.bench.on:
-            return WindowSample([], duration_s)
+            # Requests outstanding past their timeout: the monitor says the resident stalled.
+            return WindowSample([], duration_s, note="3 requests past their timeout", stalled=True)
+        if self.behaviour == "sparse-on" and self.bench.on:
+            # Only one request completed, none outstanding: too little data, not harm.
+            return WindowSample([self.bench.base_ms], duration_s)
         factor = 1.0 + (self.bench.slowdown_pct / 100.0 if self.bench.on else 0.0)
         mean = self.bench.base_ms * factor
         return WindowSample(

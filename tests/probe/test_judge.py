@@ -5,23 +5,23 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from canary.probe.budget import RiskBudget
 from canary.probe.judge import (
-    CleanWindow,
     JudgeSettings,
-    SequentialState,
     WindowPair,
-    classify,
-    confidence_sequence,
     judge,
-    pair_statistic,
+    pair_contrasts,
+    pair_schedule,
     preprocess_window,
-    update,
+    sequential_paths,
 )
 
 SETTINGS = JudgeSettings(max_resident_slowdown_pct=10.0, required_confidence=0.95, min_pairs=2)
+# 0.95 confidence, bursts in 20% of windows: ceil(log 0.05 / log 0.8) = 14 usable pairs before a safe verdict.
+assert SETTINGS.min_safe_pairs == 14
 
 
 @pytest.mark.parametrize(
@@ -62,68 +62,127 @@ def test_median_statistic() -> None:
     assert preprocess_window([1.0, 2.0, 100.0], settings).statistic_ms == 2.0
 
 
-def test_pair_statistic_is_the_log_ratio_and_none_without_data() -> None:
-    off = CleanWindow("ok", (10.0,), 1, 0, 0, 10.0)
-    on = CleanWindow("ok", (12.0,), 1, 0, 0, 12.0)
-    empty = CleanWindow("no-data", (), 0, 0, 0, None)
-    assert pair_statistic(off, on) == pytest.approx(math.log(1.2))
-    assert pair_statistic(off, empty) is None
-    assert pair_statistic(empty, on) is None
+
+# --- contrasts and the schedule ------------------------------------------------------------------
 
 
-def test_update_matches_two_pass_mean_and_variance() -> None:
-    values = [0.1, -0.2, 0.05, 0.3, 0.0]
-    state = SequentialState()
-    for v in values:
-        state = update(state, v)
-    mean = sum(values) / len(values)
-    assert state.n == 5
-    assert state.mean == pytest.approx(mean)
-    assert state.sum_sq_dev == pytest.approx(sum((v - mean) ** 2 for v in values))
+def test_contrast_uses_the_scale_known_before_the_pair() -> None:
+    off = np.array([[10.0, 12.0, 11.0]])
+    on = np.array([[11.0, 13.2, 20.0]])
+    valid = np.array([[True, True, True]])
+    z = pair_contrasts(off, on, valid, np.array([8.0]), 1.1)
+    # scale: baseline 8; then mean(8, 10) = 9; then mean(8, 10, 12) = 10
+    expected = [(11.0 - 11.0) / (1.1 * 8.0), (13.2 - 13.2) / (1.1 * 9.0), (20.0 - 12.1) / (1.1 * 10.0)]
+    assert z[0] == pytest.approx(expected)
 
 
-def test_confidence_sequence_unbounded_until_two_pairs_and_shrinks() -> None:
-    assert confidence_sequence(SequentialState(), 0.05, 0.5) == (-math.inf, math.inf)
-    assert confidence_sequence(update(SequentialState(), 0.1), 0.05, 0.5) == (-math.inf, math.inf)
-    rng = random.Random(3)
-    state = SequentialState()
-    widths = []
-    for n in range(1, 200):
-        state = update(state, rng.gauss(0.05, 0.02))
-        low, high = confidence_sequence(state, 0.05, 0.5)
-        if n >= 10:
-            assert low < state.mean < high
-            widths.append(high - low)
-    assert widths[-1] < widths[0] / 3
+def test_without_a_baseline_the_first_usable_pair_only_sets_the_scale() -> None:
+    off = np.array([[10.0, 10.0, 10.0]])
+    on = np.array([[11.0, 11.0, 11.0]])
+    valid = np.array([[False, True, True]])
+    z = pair_contrasts(off, on, valid, np.array([np.nan]), 1.0)
+    assert math.isnan(z[0, 0]) and math.isnan(z[0, 1])  # unusable; then scale-only
+    assert z[0, 2] == pytest.approx(0.1)
 
 
-def test_confidence_sequence_is_scale_equivariant() -> None:
-    state_a, state_b = SequentialState(), SequentialState()
-    for v in [0.1, 0.3, 0.2, 0.25, 0.15]:
-        state_a = update(state_a, v)
-        state_b = update(state_b, 10 * v)
-    low_a, high_a = confidence_sequence(state_a, 0.05, 0.5)
-    low_b, high_b = confidence_sequence(state_b, 0.05, 0.5)
-    assert (low_b, high_b) == pytest.approx((10 * low_a, 10 * high_a))
+def test_schedule_blocks_cancel_drift_and_orders_are_random_across_blocks() -> None:
+    firsts = []
+    for seed in range(200):
+        orders = [pair_schedule(seed, i, 1.0)[0] for i in range(6)]
+        for block in range(3):
+            a, b = orders[2 * block], orders[2 * block + 1]
+            assert {a, b} == {"off-on", "on-off"}  # inside a block: ABBA or BAAB
+        firsts.append(orders[0])
+        lengths = [pair_schedule(seed, i, 2.0)[1] for i in range(6)]
+        assert all(1.5 <= x <= 2.5 for x in lengths)
+        assert pair_schedule(seed, 3, 2.0) == pair_schedule(seed, 3, 2.0)  # seeded: reproducible
+    share = firsts.count("off-on") / len(firsts)
+    assert 0.35 < share < 0.65  # a fair coin, not a fixed ABBA
 
 
-@pytest.mark.parametrize(
-    ("interval", "pairs", "exhausted", "label"),
-    [
-        ((0.11, 0.2), 3, False, "unsafe"),
-        ((-0.1, 0.05), 3, False, "safe"),
-        ((0.05, 0.2), 3, False, None),  # straddles the bound: continue
-        ((0.05, 0.2), 3, True, "inconclusive"),
-        ((-0.1, 0.05), 1, False, None),  # below min_pairs: never decide early
-        ((-0.1, 0.05), 1, True, "inconclusive"),
-        ((-math.inf, math.inf), 5, True, "inconclusive"),
-    ],
-)
-def test_classify_table(
-    interval: tuple[float, float], pairs: int, exhausted: bool, label: str | None
-) -> None:
-    bound = math.log1p(0.10)
-    assert classify(interval, bound, pairs=pairs, min_pairs=2, budget_exhausted=exhausted) == label
+# --- the sequential tests ----------------------------------------------------------------------
+
+
+def _paths(z: np.ndarray, settings: JudgeSettings = SETTINGS):  # type: ignore[no-untyped-def]
+    return sequential_paths(z, settings)
+
+
+def test_a_clear_safe_sequence_is_safe_only_from_min_safe_pairs_on() -> None:
+    rng = np.random.default_rng(1)
+    z = rng.normal(-0.09, 0.02, (1, 40))  # about 0% slowdown against a 10% bound
+    paths = _paths(z)
+    first = int(np.argmax(paths.safe[0]))
+    assert paths.safe[0].any() and SETTINGS.min_safe_pairs <= first + 1 <= SETTINGS.min_safe_pairs + 4
+    assert not paths.unsafe[0].any()
+
+
+def test_a_clear_unsafe_sequence_is_unsafe_early() -> None:
+    rng = np.random.default_rng(2)
+    z = rng.normal(0.15, 0.02, (1, 40))
+    paths = _paths(z)
+    assert paths.unsafe[0].any() and int(np.argmax(paths.unsafe[0])) < 12
+    assert not paths.safe[0].any()
+
+
+def test_one_out_of_range_pair_ends_every_safe_verdict_after_it() -> None:
+    rng = np.random.default_rng(3)
+    z = rng.normal(-0.09, 0.02, (2, 40))
+    z[1, 5] = SETTINGS.range_z * 1.5  # one window far slower than the range: a burst
+    paths = _paths(z)
+    assert paths.safe[0].any()
+    assert not paths.safe[1].any()
+    assert paths.out_of_range[1, 5] and paths.out_of_range[1].sum() == 1
+
+
+def test_persistent_interference_withholds_the_safe_verdict() -> None:
+    # A slow drift of the interference: every pair close to the one before.
+    rng = np.random.default_rng(4)
+    n = 60
+    level = np.cumsum(rng.normal(0, 0.02, n)) - 0.05
+    z = (level + rng.normal(0, 0.005, n))[None, :]
+    paths = _paths(z)
+    late = slice(SETTINGS.min_safe_pairs, n)
+    assert paths.dependence_blocked[0, late].any()
+    assert float(paths.lag1[0, -1]) > 0.5
+
+
+def _null_rows(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Contrasts whose every conditional mean is exactly 0 (the truth on the bound), in shapes the
+    Gaussian judge could not handle: skewed two-point bursts and uniform noise."""
+    u = SETTINGS.range_z
+    burst = np.where(rng.random((rows // 2, n)) < 0.2, u * 0.8, -u * 0.2)  # mean 0.16u - 0.16u = 0
+    flat = rng.uniform(-u / 2, u / 2, (rows - rows // 2, n))
+    return np.concatenate([burst, flat])
+
+
+def test_false_safe_rate_under_the_null_is_at_most_alpha_at_any_stopping_time() -> None:
+    """Ville: looked at after every pair, the safe test errs in at most alpha of the runs."""
+    rng = np.random.default_rng(7)
+    rows = 4000
+    z = _null_rows(rows, 80, rng)
+    settings = JudgeSettings(10.0, 0.95, min_pairs=2, burst_rate_guarded=0.9)  # burst rule out of the way
+    paths = sequential_paths(z, settings)
+    rate = float(paths.safe.any(axis=1).mean())
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / rows)
+
+
+def test_ar1_interference_at_the_bound_keeps_false_admits_near_alpha() -> None:
+    """Interference correlated across pairs (phi 0.8), mean exactly on the bound, with the judge as the
+    benchmark configures it (bursts down to 5% of windows guarded: 59 pairs before a safe verdict): the
+    dependence rule keeps safe verdicts near alpha (the full families are in benchmarks/judge.py)."""
+    rng = np.random.default_rng(8)
+    rows, n, phi = 1500, 120, 0.8
+    settings = JudgeSettings(10.0, 0.95, min_pairs=3, burst_rate_guarded=0.05)
+    eps = np.empty((rows, n))
+    eps[:, 0] = rng.normal(0, 0.08, rows)
+    for i in range(1, n):
+        eps[:, i] = phi * eps[:, i - 1] + rng.normal(0, 0.08 * math.sqrt(1 - phi * phi), rows)
+    z = eps + rng.normal(0, 0.06, (rows, n))
+    rate = float(sequential_paths(z, settings).safe.any(axis=1).mean())
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / rows)
+
+
+# --- the whole judgment ------------------------------------------------------------------------
 
 
 def _window(rng: random.Random, mean_ms: float, n: int = 40, cv: float = 0.3) -> list[float]:
@@ -132,34 +191,51 @@ def _window(rng: random.Random, mean_ms: float, n: int = 40, cv: float = 0.3) ->
     return [rng.lognormvariate(mu, sigma) for _ in range(n)]
 
 
-def _run(
-    true_slowdown_pct: float, seed: int, max_pairs: int = 40, settings: JudgeSettings = SETTINGS
-) -> tuple[str | None, int]:
+def _run(true_slowdown_pct: float, seed: int, max_pairs: int = 40) -> tuple[str | None, int]:
     rng = random.Random(seed)
+    base = _window(rng, 10.0, n=80)
     pairs: list[WindowPair] = []
     for i in range(max_pairs):
         pairs.append(WindowPair(_window(rng, 10.0), _window(rng, 10.0 * (1 + true_slowdown_pct / 100))))
-        j = judge(pairs, settings, budget_exhausted=i == max_pairs - 1)
+        j = judge(pairs, SETTINGS, budget_exhausted=i == max_pairs - 1, baseline_ms=base)
         if j.label is not None:
             return j.label, i + 1
     raise AssertionError("the final judgment must carry a label")
 
 
-def test_clearly_safe_and_clearly_unsafe_stop_early() -> None:
+def test_clearly_safe_and_clearly_unsafe_decide() -> None:
     label, n = _run(0.0, seed=1)
-    assert (label, n < 15) == ("safe", True)
+    assert label == "safe" and SETTINGS.min_safe_pairs <= n <= SETTINGS.min_safe_pairs + 6
     label, n = _run(40.0, seed=2)
-    assert (label, n < 8) == ("unsafe", True)
+    assert label == "unsafe" and n < 12
+
+
+def test_the_estimand_is_the_ratio_of_mean_latencies() -> None:
+    """One pair in ten slowed 150%, the rest not at all: the mean latency is 15% higher with the
+    candidate, above a 10% bound, although the mean per-pair log-ratio (0.1 × log 2.5 = 0.092) lies
+    below log 1.1 = 0.095. The judge must report about 15% and never call it safe."""
+    pairs = []
+    for i in range(40):
+        factor = 2.5 if i % 10 == 3 else 1.0
+        pairs.append(WindowPair([10.0] * 20, [10.0 * factor] * 20))
+    j = judge(pairs, SETTINGS, budget_exhausted=True, baseline_ms=[10.0] * 40)
+    assert j.estimate_pct == pytest.approx(15.0)
+    assert j.label != "safe"
+    assert j.out_of_range_pairs == 4
 
 
 def test_judgment_fields_and_reason_name_the_bound() -> None:
     rng = random.Random(5)
-    pairs = [WindowPair(_window(rng, 10.0), _window(rng, 10.0)) for _ in range(12)]
-    j = judge(pairs, SETTINGS, budget_exhausted=False)
-    assert j.label == "safe"
+    base = _window(rng, 10.0, n=80)
+    pairs = [WindowPair(_window(rng, 10.0), _window(rng, 10.0)) for _ in range(20)]
+    j = judge(pairs, SETTINGS, budget_exhausted=False, baseline_ms=base)
+    assert j.label == "safe" and j.rule == "judge"
     assert j.interval_pct is not None and j.estimate_pct is not None
+    on = sum(sum(p.on_ms) / len(p.on_ms) for p in pairs)  # type: ignore[arg-type]
+    off = sum(sum(p.off_ms) / len(p.off_ms) for p in pairs)  # type: ignore[arg-type]
+    assert j.estimate_pct == pytest.approx(100 * (on / off - 1))
     assert j.interval_pct[0] < j.estimate_pct < j.interval_pct[1] < 10.0
-    assert j.window_pairs == 12 and j.raw_samples == 12 * 80
+    assert j.window_pairs == 20 and j.raw_samples == 20 * 80
     assert "10%" in j.reason and j.confidence == 0.95
 
 
@@ -183,12 +259,24 @@ def test_garbage_becomes_error_with_the_reason() -> None:
     assert "pair 1 on-window" in j.reason and "not a number" in j.reason
 
 
-def test_an_on_window_without_data_after_an_off_window_with_data_is_a_stall_and_unsafe() -> None:
+@pytest.mark.parametrize(
+    ("on_ms", "stalled", "label", "no_data", "stalled_pairs"),
+    [
+        pytest.param([], True, "unsafe", 0, 1, id="monitor-says-stalled"),
+        pytest.param([], False, "no-data", 1, 0, id="empty-without-stall-is-no-data"),
+        pytest.param([10.0, 11.0], False, "no-data", 1, 0, id="sparse-is-no-data"),
+        pytest.param([10.0, 11.0], True, "unsafe", 0, 1, id="sparse-and-stalled"),
+    ],
+)
+def test_no_data_is_not_unsafe_unless_the_resident_is_stalled(
+    on_ms: list[float], stalled: bool, label: str, no_data: int, stalled_pairs: int
+) -> None:
     rng = random.Random(1)
-    j = judge([WindowPair(_window(rng, 10.0), [])], SETTINGS, budget_exhausted=False)
-    assert j.label == "unsafe"
-    assert j.stalled_pairs == 1
-    assert "served no usable request" in j.reason
+    j = judge([WindowPair(_window(rng, 10.0), on_ms, on_stalled=stalled)], SETTINGS, budget_exhausted=True)
+    assert j.label == label
+    assert (j.no_data_pairs, j.stalled_pairs) == (no_data, stalled_pairs)
+    if stalled:
+        assert j.rule == "stall" and "stalled" in j.reason
 
 
 def test_settings_from_budget() -> None:
@@ -200,80 +288,46 @@ def test_settings_from_budget() -> None:
         min_windows=4,
         window_statistic="median",
         outlier_factor=5.0,
-        judge_mixture_precision=2.0,
+        judge_burst_rate=0.05,
+        judge_range_pct=40.0,
     )
     s = JudgeSettings.from_budget(budget)
     assert (s.max_resident_slowdown_pct, s.required_confidence, s.min_pairs) == (7, 0.9, 4)
-    assert (s.window_statistic, s.outlier_factor, s.mixture_precision) == ("median", 5.0, 2.0)
+    assert (s.window_statistic, s.outlier_factor, s.burst_rate_guarded) == ("median", 5.0, 0.05)
+    assert s.min_safe_pairs == math.ceil(math.log(0.1) / math.log(0.95)) == 45
+    assert s.range_z == pytest.approx(1.40 / 1.07 - 1)
     assert s.alpha == pytest.approx(0.1)
-
-
-def test_time_uniform_coverage_under_continuous_monitoring() -> None:
-    """Checked at every n up to 60, the sequence misses the true mean in at most ~alpha of runs."""
-    alpha = 0.1
-    misses = 0
-    trials = 400
-    rng = random.Random(11)
-    for _ in range(trials):
-        state = SequentialState()
-        for _n in range(60):
-            state = update(state, rng.gauss(0.07, 0.05))
-            low, high = confidence_sequence(state, alpha, 0.5)
-            if not low <= 0.07 <= high:
-                misses += 1
-                break
-    # Ville's bound is alpha; allow three binomial standard errors of slack.
-    assert misses / trials <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / trials)
-
-
-def test_false_admit_rate_at_the_bound_is_within_one_minus_confidence() -> None:
-    """A pair exactly 12% slower against a 10% bound: 'safe' would be a false admit."""
-    admits = sum(_run(12.0, seed=s, max_pairs=30)[0] == "safe" for s in range(150))
-    assert admits / 150 <= 0.05
-
-
-def test_a_sparse_on_window_is_only_no_data_not_a_stall() -> None:
-    rng = random.Random(1)
-    j = judge([WindowPair(_window(rng, 10.0), [10.0, 11.0])], SETTINGS, budget_exhausted=True)
-    assert j.label == "no-data"
-    assert j.stalled_pairs == 0 and j.no_data_pairs == 1
+    default = JudgeSettings.from_budget(budget.model_copy(update={"judge_range_pct": None}))
+    assert default.range_z == pytest.approx(1.28 / 1.07 - 1)  # 4 × the bound
 
 
 def test_futility_stops_a_borderline_probe_early_as_inconclusive_never_safe() -> None:
     """A pair whose slowdown sits on the bound cannot be settled within the budget: stop, inconclusive."""
-    import random as _random
-
-    from canary.probe.judge import JudgeSettings, WindowPair, judge
-
-    settings = JudgeSettings(max_resident_slowdown_pct=10, required_confidence=0.95, min_pairs=3)
-    rng = _random.Random(5)
+    rng = random.Random(5)
+    base = [rng.gauss(10.0, 1.0) for _ in range(40)]
     pairs: list[WindowPair] = []
     stopped_at = None
     for i in range(30):
         off = [rng.gauss(10.0, 1.0) for _ in range(20)]
         on = [rng.gauss(11.0, 1.1) for _ in range(20)]  # 10% slower: exactly on the bound
         pairs.append(WindowPair(off, on))
-        j = judge(pairs, settings, budget_exhausted=False, max_pairs=30)
+        j = judge(pairs, SETTINGS, budget_exhausted=False, max_pairs=30, baseline_ms=base)
         if j.label is not None:
             stopped_at = i + 1
-            assert j.label == "inconclusive"
+            assert j.label == "inconclusive" and j.rule == "futility"
             assert "stopped early" in j.reason
             break
     assert stopped_at is not None and stopped_at < 30
 
 
 def test_futility_never_cuts_a_clear_answer_short() -> None:
-    import random as _random
-
-    from canary.probe.judge import JudgeSettings, WindowPair, judge
-
-    settings = JudgeSettings(max_resident_slowdown_pct=10, required_confidence=0.95, min_pairs=3)
-    rng = _random.Random(6)
+    rng = random.Random(6)
+    base = [rng.gauss(10.0, 1.0) for _ in range(40)]
     pairs: list[WindowPair] = []
     label = None
     for _ in range(30):
         pairs.append(WindowPair([rng.gauss(10.0, 1.0) for _ in range(20)], [rng.gauss(10.1, 1.0) for _ in range(20)]))
-        label = judge(pairs, settings, budget_exhausted=False, max_pairs=30).label
+        label = judge(pairs, SETTINGS, budget_exhausted=False, max_pairs=30, baseline_ms=base).label
         if label is not None:
             break
     assert label == "safe"

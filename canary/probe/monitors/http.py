@@ -4,9 +4,9 @@ Requests go one at a time (closed loop, keep-alive, optionally paced by ``interv
 ``endpoint + request_path`` for the whole window. They are timed in a small process of their own
 (``_http_worker``), not in the prober's event loop: the prober also drives the candidate's requests,
 and its own scheduling delays must not read as the resident's slowdown. A request that fails or times
-out has no latency: it is left out and counted in the window's note, so a resident that answers
-nothing with the canary on gives an empty on-window, which the judge reads as a stall (unsafe),
-never as a pass.
+out has no latency: it is left out and counted in the window's note. A window whose requests all
+failed or timed out is marked ``stalled`` (the judge reads it as unsafe); a window with too few
+answered requests and no failure is only no data.
 """
 
 from __future__ import annotations
@@ -78,8 +78,13 @@ class HttpMonitor:
         except (anyio.EndOfStream, anyio.BrokenResourceError, TimeoutError, ValueError) as exc:
             raise ProbeError(f"the http monitor's timing process failed: {exc!r}") from exc
         failures = int(report["failures"])
+        latencies = list(report["latencies_ms"])
         return WindowSample(
-            list(report["latencies_ms"]), duration_s, note=f"{failures} failed request(s)" if failures else ""
+            latencies,
+            duration_s,
+            note=f"{failures} failed request(s)" if failures else "",
+            # Requests sent and none answered within its timeout: the resident is stalled, not just quiet.
+            stalled=failures > 0 and not latencies,
         )
 
     async def close(self) -> None:
