@@ -1,7 +1,7 @@
 """evidence origin: where an imported record came from
 
 Revision ID: d4a7e2b91c06
-Revises: c3e8d1f07a52
+Revises: d81f3b6c2e94
 Create Date: 2026-12-01 14:30:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "d4a7e2b91c06"
-down_revision: str | Sequence[str] | None = "c3e8d1f07a52"
+down_revision: str | Sequence[str] | None = "d81f3b6c2e94"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
