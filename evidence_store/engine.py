@@ -81,15 +81,15 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 def redact(url: str | URL) -> str:
-    """The URL without its password, for messages. An unparsable URL loses everything between
-    ``://`` and ``@`` rather than risk showing a secret."""
+    """The URL without its password, for messages. A string is redacted as written (``redact_url``:
+    user-info, ``?password=`` and ``password=`` pairs, anywhere), never re-rendered, so a secret in an
+    odd place is not percent-encoded past the redaction; a parsed URL is rendered with its password
+    hidden, then redacted the same way."""
     from evidence_store.location import redact_url
 
-    try:
-        parsed = url if isinstance(url, URL) else make_url(url)
-    except (exc.ArgumentError, ValueError):
-        return redact_url(re.sub(r"//[^@/]*@", "//***@", str(url)))
-    return redact_url(parsed.render_as_string(hide_password=True))
+    if isinstance(url, URL):
+        return redact_url(url.render_as_string(hide_password=True))
+    return redact_url(str(url))
 
 
 def normalize_url(url: str) -> URL:
