@@ -112,6 +112,8 @@ class Evidence(Base):
     superseded_by: Mapped[str | None] = mapped_column(String(36), ForeignKey("evidence.id"))
     revoked_reason: Mapped[str | None] = mapped_column(Text)
     stale_reason: Mapped[str | None] = mapped_column(Text)
+    # Imported records only: the file, the source the exporting store gave, and when it was imported.
+    origin: Mapped[str | None] = mapped_column(Text)
 
 
 class Certificate(Base):
