@@ -11,15 +11,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Query
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
-from canary.serve.app import ERRORS, PROBLEM, Svc, _Http
+from canary.serve import schemas as S
 
 log = logging.getLogger("canary.serve")
+
+
+def _service(request: Request) -> Any:
+    """The app's ``Service`` (typed loosely: importing ``canary.serve.app`` would close a cycle)."""
+    return request.app.state.service
+
+
+Svc = Annotated[Any, Depends(_service)]
+PROBLEM = {"model": S.ProblemDetail}
+ERRORS: dict[int | str, dict[str, Any]] = {401: PROBLEM, 403: PROBLEM, 413: PROBLEM, 422: PROBLEM, 503: PROBLEM}
 
 
 def pair_keys_of(req: Any) -> list[Any]:
@@ -101,7 +111,7 @@ def add_fleet_routes(app: FastAPI, require: Callable[..., Any]) -> None:
 
         report = await anyio.to_thread.run_sync(lambda: svc.db("drift_report", work, read_only=True))
         if report is None:
-            raise _Http(404, f"no drift event {event_id!r}")
+            raise HTTPException(404, f"no drift event {event_id!r}")
         return JSONResponse(report)
 
 
