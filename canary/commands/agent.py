@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     ls.set_defaults(handler=run_list)
 
     dr = acts.add_parser("drain", help="stop a node taking new probes and workloads (--undo to resume)")
-    dr.add_argument("node")
+    dr.add_argument("drain_node", metavar="NODE")  # own dest: `--node` lists elsewhere share the namespace
     dr.add_argument("--undo", action="store_true")
     dr.set_defaults(handler=run_drain)
     ag.set_defaults(handler=lambda a: _usage(ag))
@@ -163,10 +163,10 @@ def run_drain(args: argparse.Namespace) -> int:
     from evidence_store.engine import session_scope
 
     with session_scope(_open(args)) as session:
-        n = fleet.set_draining(session, node=args.node, draining=not args.undo)
+        n = fleet.set_draining(session, node=args.drain_node, draining=not args.undo)
     if n == 0:
-        raise InputError(f"no agent publishes devices of node {args.node!r}", field="node")
-    sys.stdout.write(f"node {args.node}: {n} device(s) {'active again' if args.undo else 'draining'}\n")
+        raise InputError(f"no agent publishes devices of node {args.drain_node!r}", field="NODE")
+    sys.stdout.write(f"node {args.drain_node}: {n} device(s) {'active again' if args.undo else 'draining'}\n")
     return 0
 
 
