@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
     run = acts.add_parser("run", help="run the agent (until stopped)")
     run.add_argument("--config", help="agent configuration (YAML), see docs/operations.md")
     run.add_argument("--node", help="this node's name (default: the configuration's, else the host name)")
-    run.add_argument("--device", action="append", default=[], metavar="NAME=SOURCE",
+    run.add_argument("--device", dest="device_specs", action="append", default=[], metavar="NAME=SOURCE",
                      help="a local device: nvml:N, rocm:N, cuda:N or a snapshot file (repeatable)")
     run.add_argument("--heartbeat-s", type=float)
     run.add_argument("--lease-s", type=float)
@@ -72,7 +72,7 @@ def build_config(args: argparse.Namespace) -> Any:
         data = load_agent_config(args.config).model_dump()
         base = Path(args.config).resolve().parent
     devices = dict(data.get("devices") or {})
-    devices.update(dict(_parse_device(d) for d in args.device))
+    devices.update(dict(_parse_device(d) for d in args.device_specs))
     overrides = {"node": args.node, "heartbeat_s": args.heartbeat_s, "lease_s": args.lease_s,
                  "policy": args.policy, "sim_time_scale": args.sim_time_scale, "db_url": args.db}
     data.update({k: v for k, v in overrides.items() if v is not None})

@@ -1,7 +1,7 @@
 """agents: published device snapshots, admission history, drift events, warm plans from history
 
 Revision ID: e5a7c9d2b418
-Revises: d81f3b6c2e94
+Revises: d4a7e2b91c06
 Create Date: 2026-12-01 15:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "e5a7c9d2b418"
-down_revision: str | Sequence[str] | None = "d81f3b6c2e94"
+down_revision: str | Sequence[str] | None = "d4a7e2b91c06"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
