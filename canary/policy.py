@@ -73,6 +73,12 @@ class Policy(Model):
     mps_default_active_thread_pct: int = Field(
         default=50, ge=1, le=100, description="the candidate's MPS share when its profile does not say"
     )
+    snapshot_max_age_s: float = Field(
+        default=60.0, gt=0, description="a published (node agent) snapshot older than this makes stage 1 answer "
+        "unknown, never a stale yes")
+    revalidation_budget_pairs: int = Field(
+        default=8, ge=0, le=1000, description="after a driver change, an agent queues revalidation probes for at most "
+        "this many of the device type's most requested pairs")
     risk_budgets: dict[WorkloadClass, RiskBudget] = Field(
         description="the bounds of a probe, per workload class of the resident (every class is required)"
     )

@@ -126,6 +126,7 @@ def claim_next(
     lease_s: float,
     now: datetime,
     devices: Collection[str] | None = None,
+    exclude: Collection[str] | None = None,
     scan: int = 32,
     clock: Callable[[], datetime] | None = None,
 ) -> ProbeTicket | None:
@@ -139,6 +140,8 @@ def claim_next(
     query = select(ServeProbe).where(ServeProbe.state == "queued")
     if devices is not None:
         query = query.where(ServeProbe.device_id.in_(list(devices)))
+    if exclude:  # devices a node agent owns: only that agent runs their probes
+        query = query.where(ServeProbe.device_id.not_in(list(exclude)))
     query = query.order_by(ServeProbe.created_at, ServeProbe.id).limit(scan).with_for_update(skip_locked=True)
     busy = _busy_devices(session)
     now = to_utc(clock() if clock is not None else now)

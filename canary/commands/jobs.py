@@ -12,7 +12,12 @@ def add_parser(sub: Any) -> None:
     warm = sub.add_parser("warm", help="probe the plan's pairs that lack fresh evidence (nightly job)",
                           description="Probe every planned pair that fits and lacks fresh evidence, inside the "
                           "plan's global time budget; resumable (fresh pairs are skipped). Records evidence only.")
-    warm.add_argument("plan", metavar="PLAN", help="warm plan (YAML), see docs/jobs.md")
+    warm.add_argument("plan", metavar="PLAN", nargs="?", help="warm plan (YAML), see docs/jobs.md")
+    warm.add_argument("--from-history", action="store_true", help="build the plan from the admissions actually "
+                      "requested (and evidence about to expire) instead of a file; see docs/operations.md")
+    warm.add_argument("--since", default="7d", help="--from-history: admission history window (default 7d)")
+    warm.add_argument("--expiring-within", help="--from-history: also pairs whose evidence expires within this (24h)")
+    warm.add_argument("--top", type=int, default=50, help="--from-history: at most N requested (and N expiring) pairs")
     warm.add_argument("--budget-s", type=float, help="override the plan's global time budget")
     warm.add_argument("--concurrency", type=int, help="override the plan's probes-at-once")
     warm.add_argument("--seed", type=int, default=0, help="seed of simulated devices")
@@ -64,7 +69,7 @@ def _print_report(report: Any, *, drift: bool) -> None:
     if drift:
         headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
     sys.stdout.write(table(headers, rows) + "\n")
-    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "fresh", "does-not-fit", "unknown-fit",
+    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "queued", "fresh", "does-not-fit", "unknown-fit",
                                                            "skipped-budget", "error") if report.count(s))
     sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"
                      + (f"; {report.stale_marked} record(s) marked stale" if drift else "") + "\n")
@@ -82,6 +87,12 @@ def run_warm(args: argparse.Namespace) -> int:
     from canary.jobs.plan import load_plan
     from canary.jobs.warm import warm_async
 
+    if args.from_history:
+        return run_warm_history(args)
+    if not args.plan:
+        from canary.errors import InputError
+
+        raise InputError("give a plan file, or --from-history", field="PLAN")
     plan = load_plan(args.plan)
     updates = {k: v for k, v in (("budget_s", args.budget_s), ("concurrency", args.concurrency)) if v is not None}
     if updates:
@@ -185,3 +196,51 @@ def run_recover(args: argparse.Namespace) -> int:
                          + (f"; {len(report.failed)} canary process group(s) may still run" if report.failed else "")
                          + "\n")
     return 4 if report.failed else 0
+
+
+def run_warm_history(args: argparse.Namespace) -> int:
+    """``canary warm --from-history``: print the plan, store it with the run, run it (docs/operations.md)."""
+    import anyio
+
+    from canary.admission import open_store_for_writing, utcnow
+    from canary.errors import InputError
+    from canary.jobs.history import build_plan, default_run_id, parse_duration, warm_from_history
+    from canary.jobs.warm import WarmReport
+    from canary.tables import table
+    from evidence_store.engine import session_scope
+
+    since_s = parse_duration(args.since, "--since")
+    within_s = None if args.expiring_within is None else parse_duration(args.expiring_within, "--expiring-within")
+    budget_s = args.budget_s if args.budget_s is not None else 3600.0
+    if not budget_s > 0:
+        raise InputError(f"must be positive, got {budget_s}", field="--budget-s")
+    engine = open_store_for_writing(args.db)
+    now = utcnow()
+    with session_scope(engine, read_only=True) as session:
+        plan = build_plan(session, now=now, since_s=since_s, expiring_within_s=within_s, top=args.top)
+    run_id = args.run_id or default_run_id(now)
+    params = {"since": args.since, "since_s": since_s, "expiring_within": args.expiring_within, "top": args.top,
+              "budget_s": budget_s, "built_at": now.isoformat()}
+    if not args.json:
+        sys.stdout.write(f"plan {run_id} (from history since {args.since}"
+                         + (f", evidence expiring within {args.expiring_within}" if args.expiring_within else "")
+                         + f", top {args.top}): {len(plan)} pair(s)\n")
+        sys.stdout.write(table(["#", "reason", "requests", "last requested", "pair"], [
+            [str(i + 1), e.reason, str(e.requests), f"{e.last_requested_at:%Y-%m-%d %H:%M}", e.label]
+            for i, e in enumerate(plan)]) + "\n")
+    if not plan:
+        if args.json:
+            sys.stdout.write(json.dumps({"run_id": run_id, "plan": [], "pairs": []}) + "\n")
+        return 0
+
+    async def go() -> WarmReport:
+        return await warm_from_history(plan, engine=engine, run_id=run_id, params=params, budget_s=budget_s,
+                                       seed=args.seed, progress=_progress)
+
+    report = anyio.run(go)
+    if args.json:
+        doc = json.loads(_as_json(report))
+        sys.stdout.write(json.dumps({**doc, "run_id": run_id, "plan": [e.summary() for e in plan]}, indent=2) + "\n")
+    else:
+        _print_report(report, drift=False)
+    return 4 if report.count("error") else 0

@@ -23,7 +23,8 @@ from canary.admission import Request, admit_async, load_request, open_store_for_
 from canary.errors import CanaryError
 from canary.jobs.plan import PlannedPair, WarmPlan
 
-PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error"]
+PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error",
+                     "queued"]  # queued: handed to the node agent that owns the device (warm --from-history)
 
 
 @dataclass(frozen=True)

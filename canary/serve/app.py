@@ -172,8 +172,15 @@ class Service:
                         read_only=True)
         return None if entry is None else entry.document
 
+    def published_get(self, ref: str) -> Any:
+        """A device a node agent publishes (``agent:NODE/NAME``), or ``None``."""
+        from evidence_store import fleet
+
+        return self.db("published_get", lambda s: fleet.get_by_ref(s, ref), read_only=True)
+
     def resolve(self, body: S.DecisionRequest, extra: dict[str, Any] | None = None) -> Resolved:
-        return resolve(body, self.registry_get, default_policy=self.config.default_policy, extra=extra)
+        return resolve(body, self.registry_get, default_policy=self.config.default_policy, extra=extra,
+                       published=self.published_get)
 
     def access(self) -> Any:
         from canary.admission import EvidenceAccess
@@ -384,11 +391,15 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
                 with svc.metrics.store_op("admit"):
                     cert: Certificate = _run_sync(admit_async(req, engine=svc.engine, probe=body.probe,
                                                               reserve=body.reserve, defer_probe=_defer))
+                log_admission(svc, resolved, cert.verdict)
                 return cert
             except ProbeDeferred as deferred:
                 digest = probe_queue.pair_digest(deferred.keys)
-            submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: probe_queue.submit(
+            from evidence_store.fleet import submit_and_notify  # announces it to a node agent (PostgreSQL)
+
+            submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: submit_and_notify(
                 s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow()))
+            log_admission(svc, resolved, "probe")
             return submitted
 
         outcome = await anyio.to_thread.run_sync(decide)
@@ -587,7 +598,18 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
     from canary.serve.extender import add_extender_routes
 
     add_extender_routes(app, require)
+
+    from canary.serve.fleet import add_fleet_routes
+
+    add_fleet_routes(app, require)
     return app
+
+
+def log_admission(svc: Service, resolved: Resolved, verdict: str) -> None:
+    """Admission history (hot pairs for revalidation, ``canary warm --from-history``)."""
+    from canary.serve.fleet import log_admission as log
+
+    log(svc, resolved, verdict)
 
 
 class ProbeDeferred(Exception):

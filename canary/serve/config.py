@@ -53,6 +53,11 @@ class ServeConfig(BaseModel):
         default_factory=dict, description="Kubernetes node name → its devices: snapshot files, registry references "
         "(snapshot name@version) or catalog names")
     default_policy: str = "default"
+    agent_silence_s: float = Field(
+        default=60.0, gt=0, le=86400, description="a queued probe for a node agent's device whose agent has not "
+        "published for this long is aborted (nobody else may run it): its waiters get that answer, not a hang")
+    log_admissions: bool = Field(default=True, description="record each admission (pair and documents) as history "
+                                 "for driver-change revalidation and `canary warm --from-history`")
 
     @model_validator(mode="after")
     def _safe(self) -> ServeConfig:

@@ -108,10 +108,15 @@ def _snapshot_file(path: str, mtime_ns: int) -> Any:
     return resolve_device(path)
 
 
-def node_devices(svc: Any, node: str) -> list[Any]:
-    """The node's devices from operator configuration; ``[]`` when the node is not configured."""
+def node_devices(svc: Any, node: str, policy: Any = None) -> list[Any]:
+    """The node's devices from operator configuration, else those its node agent publishes (stale ones
+    read as unknown under ``policy``); ``[]`` when neither knows the node."""
     from canary.serve.resolve import _device
 
+    if node not in svc.config.nodes:
+        from canary.serve.fleet import published_node_devices
+
+        return published_node_devices(svc, node, policy)
     out = []
     for ref in svc.config.nodes.get(node, ()):
         if "@" in ref:
@@ -149,13 +154,13 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
     try:
         candidate = _profile(ref, f"annotation {cfg.extender_profile_annotation}", svc.registry_get)
         policy = load_policy(notes.get(cfg.extender_policy_annotation) or cfg.default_policy)
-        devices = node_devices(svc, node)
+        devices = node_devices(svc, node, policy)
     except CanaryError as exc:
         return NodeVerdict(node, False, f"unknown: {exc}", 0)
     if not devices:
         allow = cfg.extender_unknown == "admit"
         return NodeVerdict(node, allow, f"unknown: canary has no snapshot of node {node}'s devices "
-                           "(configure nodes: in the serve configuration)", 0)
+                           "(run `canary agent` there, or configure nodes: in the serve configuration)", 0)
     reasons: list[str] = []
     best = -1
     any_unknown = any_reject = False

@@ -114,6 +114,7 @@ class ProbeRunner:
         self._wake = anyio.Event()
         self._done: dict[str, anyio.Event] = {}
         self._last_recovery = 0.0
+        self.agent_silence_s = config.agent_silence_s
 
     # ---------------------------------------------------------------- waiting (any process's probes)
 
@@ -173,8 +174,11 @@ class ProbeRunner:
     async def recover(self) -> list[ProbeTicket]:
         def work(session: Any) -> list[ProbeTicket]:
             now = utcnow()
+            from evidence_store import fleet
+
             recover_dead_journal(session, now, owner_is_dead)
-            return probe_queue.recover_abandoned(session, now=now, owner_is_dead=owner_is_dead)
+            aborted = probe_queue.recover_abandoned(session, now=now, owner_is_dead=owner_is_dead)
+            return aborted + fleet.abort_orphaned_queued(session, now=now, max_age_s=self.agent_silence_s)
 
         aborted: list[ProbeTicket] = await self._db("probe_recover", work)
         for ticket in aborted:
@@ -187,12 +191,18 @@ class ProbeRunner:
         if anyio.current_time() - self._last_recovery > self.config.probe_lease_s / 3:
             await self.recover()
         while self.running < self.config.max_concurrent_probes:
-            ticket: ProbeTicket | None = await self._db("probe_claim", lambda s: probe_queue.claim_next(
-                s, owner=self.owner, lease_s=self.config.probe_lease_s, now=utcnow(), clock=utcnow))
+            ticket: ProbeTicket | None = await self._db("probe_claim", self._claim)
             if ticket is None:
                 return
             self.running += 1
             tg.start_soon(self._run_one, ticket)
+
+    def _claim(self, session: Any) -> ProbeTicket | None:
+        """A server process runs probes for every device except those a node agent owns."""
+        from evidence_store import fleet
+
+        return probe_queue.claim_next(session, owner=self.owner, lease_s=self.config.probe_lease_s, now=utcnow(),
+                                      clock=utcnow, exclude=fleet.agent_device_ids(session))
 
     async def _heartbeat(self, probe_id: str, scope: anyio.CancelScope, lost: list[str]) -> None:
         while True:

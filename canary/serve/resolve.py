@@ -115,12 +115,18 @@ def _policy(name: str, mtime_ns: int) -> Policy:
 
 
 def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str,
-            extra: dict[str, Any] | None = None) -> Resolved:
-    """The core's ``Request`` for this body; ``InputError`` names the field and the problem."""
+            extra: dict[str, Any] | None = None, published: Callable[[str], Any] | None = None) -> Resolved:
+    """The core's ``Request`` for this body; ``InputError`` names the field and the problem.
+    ``published`` looks up devices node agents publish (``agent:NODE/NAME``)."""
     policy = cached_policy(body.policy or default_policy)
     candidate = _profile(body.candidate, "candidate", registry)
     residents = tuple(_profile(r, f"residents[{i}]", registry) for i, r in enumerate(body.residents))
-    device = _device(body.device, registry)
+    if isinstance(body.device, str) and body.device.startswith("agent:") and published is not None:
+        from canary.agent.published import published_device
+
+        device = published_device(body.device, published, policy)
+    else:
+        device = _device(body.device, registry)
     if device.spec.vendor == "amd" and body.regime is not None and body.regime.startswith(("mig", "mps", "green")):
         raise InputError(f"regime {body.regime} is NVIDIA-only; {device.spec.name} is an AMD device", field="regime")
     try:

@@ -1,0 +1,216 @@
+"""The node agent: heartbeat (publish snapshots, notice driver changes, recover), and a probe runner
+that claims only this node's probes.
+
+* **Heartbeat** (every ``heartbeat_s``): each local device is read (NVML/amdsmi through
+  ``canary.backends``, or its snapshot file) and published with its driver version and taken-at time.
+  A device whose driver version changed since its last row triggers revalidation in the same
+  transaction (see ``revalidate``). Then the agent runs the fleet's recovery: running probes whose
+  lease expired are aborted (any agent or server may do this; the probe is never re-run elsewhere),
+  and queued probes whose agent went silent or drains are aborted with that reason.
+* **Probes**: the service's probe runner (``canary.serve.probes.ProbeRunner``) with one difference —
+  it claims ``claim_next(devices=<this node's devices>)``, so a probe only ever runs on the node whose
+  GPU it names. It renews the lease every third of ``lease_s``; a lease lost means the probe stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from sqlalchemy import Engine
+
+from canary.agent.config import AgentConfig
+from canary.policy import Policy, load_policy
+from canary.snapshot import DeviceSnapshot
+from evidence_store import fleet, probe_queue
+from evidence_store.engine import session_scope
+
+log = logging.getLogger("canary.agent")
+
+_LIVE_PREFIXES = ("nvml:", "cuda:", "rocm:")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def read_device(source: str, now: dt.datetime) -> DeviceSnapshot:
+    """The device's snapshot now: a live backend, or a snapshot file (a simulated device, read again on
+    every heartbeat so that editing it — a new driver, new residents — is seen)."""
+    if source.startswith(_LIVE_PREFIXES):
+        from canary.backends import resolve_device
+
+        snap = resolve_device(source).snapshot
+        return snap if snap.taken_at is not None else snap.model_copy(update={"taken_at": now})
+    from canary.snapshot import load_snapshot
+
+    snap = load_snapshot(source)  # resident profiles named by file are read, relative to the snapshot
+    return snap.model_copy(update={"taken_at": now})
+
+
+@dataclass
+class DriftOutcome:
+    event_id: str
+    stale_marked: int
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, policy: Policy, now: dt.datetime,
+               history_since: dt.datetime) -> DriftOutcome:
+    """A device's driver changed: mark the device type's evidence under other drivers stale (the store's
+    rule), queue revalidation probes on this device for the device type's most requested pairs — at most
+    ``policy.revalidation_budget_pairs`` — and record the drift event."""
+    from evidence_store import repository
+
+    new_driver = pub.driver_version
+    stale = repository.mark_stale(session, driver_not=new_driver, device_type=pub.device_type) if new_driver else 0
+    budget = policy.revalidation_budget_pairs
+    probes: list[dict[str, Any]] = []
+    own_uuid = pub.snapshot_json.get("uuid")
+    for hot in fleet.hot_pairs(session, since=history_since, device_type=pub.device_type, limit=budget):
+        logged = dict(hot.request_json["device"]["snapshot"])
+        logged.update({"driver_version": new_driver, "uuid": own_uuid, "taken_at": pub.taken_at.isoformat()})
+        request_json = {**hot.request_json, "device": {"kind": "published", "ref": pub.ref, "snapshot": logged},
+                        "reserve": False, "seed": int(hot.request_json.get("seed", 0))}
+        ticket, joined = fleet.submit_and_notify(session, digest=hot.pair_digest, device_id=pub.device_id,
+                                                 request_json=request_json, now=now)
+        probes.append({"probe_id": ticket.id, "pair_digest": hot.pair_digest, "key_digests": list(hot.key_digests),
+                       "label": hot.label, "requests": hot.requests, "joined": joined,
+                       "device_id": ticket.device_id})
+    note = None if new_driver else "the new driver version is unknown: nothing was marked stale"
+    event_id = fleet.record_drift(session, device_id=pub.device_id, node=pub.node, device_type=pub.device_type,
+                                  old_driver=old_driver, new_driver=new_driver, stale_marked=stale, budget=budget,
+                                  probes=probes, now=now, note=note)
+    return DriftOutcome(event_id, stale, probes)
+
+
+def _wait_notify(conn: Any) -> list[str]:
+    """The next notification's payload, or none within a second (so cancellation is noticed)."""
+    return [n.payload for n in conn.notifies(timeout=1.0, stop_after=1)]
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, engine: Engine, *,
+                 on_drift: Callable[[DriftOutcome], object] | None = None) -> None:
+        from canary.serve.config import ServeConfig
+        from canary.serve.metrics import Metrics
+        from canary.serve.probes import ProbeRunner
+
+        self.config = config
+        self.engine = engine
+        self.policy = load_policy(config.policy)
+        self.owner = f"agent/{config.node}@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.device_ids: set[str] = set()
+        self.draining = False
+        self.on_drift = on_drift
+        self.last_errors: dict[str, str] = {}
+        runner_config = ServeConfig(probe_lease_s=config.lease_s, sim_time_scale=config.sim_time_scale,
+                                    max_concurrent_probes=max(1, len(config.devices)),
+                                    agent_silence_s=self.policy.snapshot_max_age_s)
+        agent = self
+
+        class AgentRunner(ProbeRunner):
+            def _claim(self, session: Any) -> Any:
+                if agent.draining or not agent.device_ids:
+                    return None
+                return probe_queue.claim_next(session, owner=self.owner, lease_s=self.config.probe_lease_s,
+                                              now=utcnow(), clock=utcnow, devices=sorted(agent.device_ids))
+
+        self.runner = AgentRunner(engine, runner_config, Metrics())
+        self.runner.owner = self.owner
+
+    def heartbeat(self) -> list[DriftOutcome]:
+        """Publish every device once (blocking; run in a worker thread). Returns the drift events seen."""
+        drifts: list[DriftOutcome] = []
+        ids: set[str] = set()
+        draining = True
+        for name, source in self.config.devices.items():
+            now = utcnow()
+            try:
+                snap = read_device(source, now)
+            except Exception as exc:  # the device cannot be read: stop refreshing it, so it goes stale
+                self.last_errors[name] = f"{type(exc).__name__}: {exc}"
+                log.warning("device %s (%s) not published: %s", name, source, exc)
+                continue
+            self.last_errors.pop(name, None)
+            with session_scope(self.engine) as session:
+                result = fleet.publish(
+                    session, node=self.config.node, name=name, agent=self.owner,
+                    snapshot_json=snap.model_dump(mode="json"), device_type=snap.device_type,
+                    driver_version=snap.driver_version, device_uuid=snap.uuid,
+                    taken_at=snap.taken_at or now, now=now)
+                ids.add(result.published.device_id)
+                draining = draining and result.published.draining
+                if result.driver_changed:
+                    history = now - dt.timedelta(days=self.config.history_days)
+                    drift = revalidate(session, result.published, old_driver=result.previous_driver,
+                                       policy=self.policy, now=now, history_since=history)
+                    drifts.append(drift)
+                    log.warning("driver of %s changed %s → %s: %d record(s) marked stale, %d revalidation probe(s)",
+                                result.published.ref, result.previous_driver, result.published.driver_version,
+                                drift.stale_marked, len(drift.probes))
+        self.device_ids = ids
+        self.draining = draining and bool(ids)
+        for drift in drifts:
+            if self.on_drift is not None:
+                self.on_drift(drift)
+        return drifts
+
+    async def run(self, *, stop: anyio.Event | None = None) -> None:
+        """Heartbeat and run probes until cancelled (or ``stop`` is set)."""
+        async with anyio.create_task_group() as tg:
+            await anyio.to_thread.run_sync(self.heartbeat)
+            tg.start_soon(self.runner.serve)
+            tg.start_soon(self._beat)
+            if self.engine.dialect.name == "postgresql":
+                tg.start_soon(self._listen)
+            if stop is not None:
+                await stop.wait()
+                tg.cancel_scope.cancel()
+
+    async def _beat(self) -> None:
+        while True:
+            await anyio.sleep(self.config.heartbeat_s)
+            try:
+                drifts = await anyio.to_thread.run_sync(self.heartbeat)
+            except Exception as exc:  # the store may be away for a while: keep trying, say why
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            if drifts:
+                self.runner.wake()
+
+    async def _listen(self) -> None:
+        """PostgreSQL: wake the probe runner as soon as a probe is queued for one of this node's devices
+        (``LISTEN``; the service and revalidation ``NOTIFY`` when they queue one). Polling stays the
+        fallback: a lost connection only delays claims to the runner's next poll."""
+        import psycopg
+
+        conninfo = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        while True:
+            conn: Any = None
+            try:
+                conn = await anyio.to_thread.run_sync(
+                    lambda: psycopg.connect(conninfo, autocommit=True, connect_timeout=5))
+                conn.execute(f"LISTEN {fleet.NOTIFY_CHANNEL}")
+                while True:
+                    payloads = await anyio.to_thread.run_sync(_wait_notify, conn, abandon_on_cancel=True)
+                    if any(p in self.device_ids for p in payloads):
+                        self.runner.wake()
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                log.warning("probe notifications unavailable (polling meanwhile): %s", exc)
+                await anyio.sleep(self.config.heartbeat_s)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()

@@ -1,0 +1,190 @@
+"""``canary warm --from-history``: the nightly plan built from what was actually asked.
+
+The plan is the pairs of the admission history (``admission_log``, written by the service) in the
+window ``--since``, ranked by how often they were requested and then by how recently (``--top N`` of
+them), plus the pairs whose current evidence expires within ``--expiring-within`` (at most ``--top``
+of those too, soonest first). Each entry carries the request as it was asked (documents by value).
+
+The plan is stored with the run (``warm_plans``) before anything runs, and again with each pair's
+outcome at the end. A pair on a device a node agent owns is queued for that agent (a probe never runs
+on another node's GPU); the others are probed here, inside the time budget, like ``canary warm``:
+pairs with fresh evidence are answered from it and not probed again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from canary.errors import InputError
+from canary.jobs.warm import PairOutcome, WarmReport
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, None: 1}
+
+
+def parse_duration(text: str, field: str) -> float:
+    """``7d``, ``24h``, ``90m``, ``3600`` (seconds) → seconds."""
+    m = _DURATION.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise InputError(f"{text!r} is not a positive duration (7d, 24h, 90m, 3600)", field=field)
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    pair_digest: str
+    label: str
+    device_type: str
+    device_ref: str
+    reason: str  # "requested" or "expiring"
+    requests: int
+    last_requested_at: dt.datetime
+    expires_at: dt.datetime | None
+    request_json: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        return {"pair_digest": self.pair_digest, "label": self.label, "device_type": self.device_type,
+                "device": self.device_ref, "reason": self.reason, "requests": self.requests,
+                "last_requested_at": self.last_requested_at.isoformat(),
+                "expires_at": None if self.expires_at is None else self.expires_at.isoformat()}
+
+
+def build_plan(session: Any, *, now: dt.datetime, since_s: float, expiring_within_s: float | None,
+               top: int) -> list[PlanEntry]:
+    from evidence_store import fleet
+    from evidence_store.fleet_models import AdmissionLog
+
+    if top < 1:
+        raise InputError(f"must be at least 1, got {top}", field="--top")
+    hot = fleet.hot_pairs(session, since=now - dt.timedelta(seconds=since_s), limit=top)
+    plan = [PlanEntry(h.pair_digest, h.label, h.device_type, str(h.request_json["device"]["ref"]), "requested",
+                      h.requests, h.last_at, None, h.request_json) for h in hot]
+    if expiring_within_s is None:
+        return plan
+    chosen = {e.pair_digest for e in plan}
+    expiring = fleet.expiring_evidence(session, now=now, within_s=expiring_within_s)
+    soonest: dict[str, dt.datetime] = {}
+    for ev in expiring:
+        soonest.setdefault(ev.key_digest, ev.expires_at)
+    rows = fleet.latest_request_for_keys(session, set(soonest))
+    extra: dict[str, tuple[dt.datetime, AdmissionLog]] = {}
+    for key, row in rows.items():
+        if row.pair_digest in chosen:
+            continue
+        when = soonest[key]
+        if row.pair_digest not in extra or when < extra[row.pair_digest][0]:
+            extra[row.pair_digest] = (when, row)
+    for digest, (when, row) in sorted(extra.items(), key=lambda kv: (kv[1][0], kv[0]))[:top]:
+        plan.append(PlanEntry(digest, row.label, row.device_type, str(row.request_json["device"]["ref"]),
+                              "expiring", 0, row.at, when, dict(row.request_json)))
+    return plan
+
+
+async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, params: dict[str, Any],
+                            budget_s: float, seed: int = 0,
+                            progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
+    from canary.admission import admit_async, utcnow
+    from evidence_store import fleet
+    from evidence_store.engine import session_scope
+
+    with session_scope(engine) as session:
+        fleet.store_warm_plan(session, run_id=run_id, params=params, plan=[e.summary() for e in plan], now=utcnow())
+    report = WarmReport(plan=run_id, budget_s=budget_s)
+    started = time.monotonic()
+    deadline = started + budget_s
+    results: list[dict[str, Any]] = []
+    for index, entry in enumerate(plan):
+        outcome: PairOutcome
+        ref = entry.device_ref
+        if ref.startswith(fleet.AGENT_REF_PREFIX):
+            with session_scope(engine) as session:
+                pub = fleet.get_by_ref(session, ref)
+                if pub is None:
+                    outcome = PairOutcome(index, entry.label, "error", f"no agent publishes {ref} any more")
+                else:
+                    request_json = {**entry.request_json, "reserve": False}
+                    request_json["device"] = {**request_json["device"], "snapshot": pub.snapshot_json}
+                    if not _needs_probe(request_json, engine):
+                        outcome = PairOutcome(index, entry.label, "fresh", "fresh evidence already covers every "
+                                              "resident under the device's current driver")
+                        report.pairs.append(outcome)
+                        results.append({**entry.summary(), "status": outcome.status, "detail": outcome.detail,
+                                        "outcome": None, "slowdown_pct": None})
+                        if progress is not None:
+                            progress(outcome, len(plan))
+                        continue
+                    ticket, joined = fleet.submit_and_notify(session, digest=entry.pair_digest,
+                                                             device_id=pub.device_id, request_json=request_json,
+                                                             now=utcnow())
+                    outcome = PairOutcome(index, entry.label, "queued", f"queued for {ref}'s agent as probe "
+                                          f"{ticket.id}" + (" (joined a live probe)" if joined else ""))
+        elif time.monotonic() >= deadline:
+            outcome = PairOutcome(index, entry.label, "skipped-budget", "the job's time budget ran out")
+        else:
+            try:
+                req = request_from_json(entry.request_json)
+                cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index)
+                if cert.hard_fit == "no":
+                    outcome = PairOutcome(index, entry.label, "does-not-fit", f"{cert.limiting_resource}: {cert.reason}")
+                elif cert.hard_fit == "unknown":
+                    outcome = PairOutcome(index, entry.label, "unknown-fit", cert.reason)
+                elif cert.decided_by == "canary" and cert.probe is not None:
+                    outcome = PairOutcome(index, entry.label, "probed", cert.reason, outcome=cert.probe.outcome,
+                                          slowdown_pct=cert.probe.slowdown_estimate_pct,
+                                          interval_pct=cert.probe.slowdown_interval_pct)
+                else:
+                    outcome = PairOutcome(index, entry.label, "fresh", cert.reason, outcome=cert.verdict)
+            except Exception as exc:
+                outcome = PairOutcome(index, entry.label, "error", f"{type(exc).__name__}: {exc}")
+        report.pairs.append(outcome)
+        results.append({**entry.summary(), "status": outcome.status, "detail": outcome.detail,
+                        "outcome": outcome.outcome, "slowdown_pct": outcome.slowdown_pct})
+        if progress is not None:
+            progress(outcome, len(plan))
+    report.wall_s = time.monotonic() - started
+    with session_scope(engine) as session:
+        record = fleet.get_warm_plan(session, run_id)
+        if record is not None:
+            record.plan_json = results
+            record.params_json = {**record.params_json, "wall_s": report.wall_s}
+    return report
+
+
+def request_from_json(data: dict[str, Any]) -> Any:
+    """Rebuild a logged or queued request (documents by value, checked when the service accepted them)."""
+    from canary._model import validate_document
+    from canary.admission import build_request
+    from canary.backends import ResolvedDevice
+    from canary.catalog import lookup
+    from canary.policy import load_policy
+    from canary.profile import WorkloadProfile
+    from canary.snapshot import DeviceSnapshot
+
+    dev = data["device"]
+    snap = validate_document(DeviceSnapshot, dev["snapshot"], file="logged device")
+    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
+    candidate = validate_document(WorkloadProfile, data["candidate"], file="logged candidate")
+    residents = tuple(validate_document(WorkloadProfile, r, file="logged resident") for r in data["residents"])
+    return build_request(device, candidate, load_policy(data["policy"]), extra_residents=residents,
+                         regime=data["regime"])
+
+
+def _needs_probe(request_json: dict[str, Any], engine: Any) -> bool:
+    """Whether some pair of the request lacks fresh evidence (then the agent must probe it)."""
+    from canary.admission import EvidenceAccess, pairs_to_probe, utcnow
+
+    req = request_from_json(request_json)
+    access = EvidenceAccess(str(engine.url.render_as_string(hide_password=False)))
+    access._engine, access.present = engine, True
+    return bool(pairs_to_probe(req, access, utcnow()))
+
+
+def default_run_id(now: dt.datetime) -> str:
+    return f"history@{now:%Y-%m-%dT%H:%M:%SZ}#{uuid.uuid4().hex[:6]}"
+

@@ -1,0 +1,84 @@
+"""ORM models of the node agents' tables: published device snapshots, admission history, driver
+drift events and the warm plans built from history.
+
+Kept beside ``models.py`` (which imports this module at its end, so ``Base.metadata`` is complete for
+Alembic and the schema test). The migration ``2026-12-01_e5a7c9d2b418_agents`` builds these tables.
+
+* ``published_snapshots``: one row per device a node agent owns — the device's current snapshot by
+  value, its driver version and when it was taken. ``device_id`` is what probes and reservations are
+  keyed by (``Request.device_id``); ``ref`` is how a request names the device (``agent:NODE/NAME``).
+  A probe queued for ``device_id`` is claimed only by the agent whose row this is.
+* ``admission_log``: every admission the service answered (documents by value), the source of the
+  hot pairs a driver change revalidates and of ``canary warm --from-history``.
+* ``drift_events``: a driver change an agent saw, what it marked stale and the probes it queued.
+* ``warm_plans``: the plan ``canary warm --from-history`` built, stored with its run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from evidence_store.models import Base, UTCDateTime
+
+
+class PublishedSnapshot(Base):
+    __tablename__ = "published_snapshots"
+    __table_args__ = (Index("ix_published_snapshots_node", "node"),)
+
+    device_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    ref: Mapped[str] = mapped_column(String(200), unique=True)
+    node: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(100))
+    agent: Mapped[str] = mapped_column(String(200))
+    device_type: Mapped[str] = mapped_column(String(100))
+    driver_version: Mapped[str | None] = mapped_column(String(100))
+    snapshot_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    taken_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    published_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    draining: Mapped[bool] = mapped_column(Boolean)
+
+
+class AdmissionLog(Base):
+    __tablename__ = "admission_log"
+    __table_args__ = (Index("ix_admission_log_at", "at"), Index("ix_admission_log_device_type", "device_type"))
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    pair_digest: Mapped[str] = mapped_column(String(64))
+    key_digests: Mapped[list[str]] = mapped_column(JSON)
+    device_type: Mapped[str] = mapped_column(String(100))
+    device_id: Mapped[str] = mapped_column(String(200))
+    label: Mapped[str] = mapped_column(String(600))
+    verdict: Mapped[str] = mapped_column(String(16))
+    request_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class DriftEvent(Base):
+    __tablename__ = "drift_events"
+    __table_args__ = (Index("ix_drift_events_detected", "detected_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    device_id: Mapped[str] = mapped_column(String(200))
+    node: Mapped[str] = mapped_column(String(200))
+    device_type: Mapped[str] = mapped_column(String(100))
+    old_driver: Mapped[str | None] = mapped_column(String(100))
+    new_driver: Mapped[str | None] = mapped_column(String(100))
+    detected_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    stale_marked: Mapped[int] = mapped_column(Integer)
+    budget: Mapped[int] = mapped_column(Integer)
+    probes_json: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    """One entry per queued revalidation probe: probe id, pair digest, key digests, label."""
+    note: Mapped[str | None] = mapped_column(Text)
+
+
+class WarmPlanRecord(Base):
+    __tablename__ = "warm_plans"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    params_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    plan_json: Mapped[list[dict[str, Any]]] = mapped_column(JSON)

@@ -1,0 +1,48 @@
+"""``canary agent`` / ``canary drift`` bad input: one clear line naming the field, exit 2, no traceback,
+nothing written to the store."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import canary_cmd, cli_env
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    pytest.param(["agent", "run", "--device", "gpu0"], "'--device'", id="device-without-source"),
+    pytest.param(["agent", "run", "--device", "gpu0=/no/such/snapshot.yaml"], "/no/such/snapshot.yaml",
+                 id="missing-snapshot-file"),
+    pytest.param(["agent", "run", "--device", "bad name=h.yaml"], "devices", id="bad-device-name"),
+    pytest.param(["agent", "run", "--node", "a/b", "--device", "gpu0=x.yaml"], "node", id="bad-node-name"),
+    pytest.param(["agent", "run", "--heartbeat-s", "0", "--device", "gpu0=x.yaml"], "heartbeat_s",
+                 id="zero-heartbeat"),
+    pytest.param(["agent", "run"], "no devices", id="no-devices"),
+])
+def test_agent_run_bad_input(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "x.yaml").write_text("device_type: h100-sxm\n")
+    db = tmp_path / "store.sqlite3"
+    out = subprocess.run([*canary_cmd(), "--db", f"sqlite:///{db}", *args], capture_output=True, text=True,
+                         timeout=60, env=cli_env(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert needle in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not db.exists()
+
+
+def test_snapshot_file_with_bad_field(tmp_path: Path) -> None:
+    snap = tmp_path / "gpu0.yaml"
+    snap.write_text("device_type: h100-sxm\nmemory_total_bytes: lots\n")
+    db = tmp_path / "store.sqlite3"
+    out = subprocess.run([*canary_cmd(), "--db", f"sqlite:///{db}", "agent", "run", "--once", "--device",
+                          f"gpu0={snap}"], capture_output=True, text=True, timeout=60, env=cli_env(tmp_path))
+    assert out.returncode == 2 and "memory_total_bytes" in out.stderr and "Traceback" not in out.stderr
+    assert not db.exists()
+
+
+def test_drift_unknown_event(tmp_path: Path) -> None:
+    out = subprocess.run([*canary_cmd(), "--db", f"sqlite:///{tmp_path / 's.sqlite3'}", "drift", "nope"],
+                         capture_output=True, text=True, timeout=60, env=cli_env(tmp_path))
+    assert out.returncode == 2 and "no drift event 'nope'" in out.stderr

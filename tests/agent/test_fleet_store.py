@@ -1,0 +1,141 @@
+"""The agents' store functions on both backends: publishing and driver-change detection, which probes a
+server may claim, orphaned queued probes, hot-pair ranking, revalidation within its budget."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from canary.agent.agent import revalidate
+from canary.policy import load_policy
+from evidence_store import fleet, probe_queue
+from evidence_store.engine import make_engine, session_scope
+
+T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+SNAP = {"device_type": "h100-sxm", "driver_version": "580.95.05", "uuid": None}
+
+
+@pytest.fixture
+def engine(store_url: str) -> Any:
+    eng = make_engine(store_url)
+    yield eng
+    eng.dispose()
+
+
+def _publish(session: Any, node: str = "n1", *, driver: str | None = "580.95.05", uuid: str | None = None,
+             at: dt.datetime = T0, draining: bool | None = None) -> fleet.PublishResult:
+    return fleet.publish(session, node=node, name="gpu0", agent=f"agent/{node}", snapshot_json={**SNAP, "uuid": uuid},
+                         device_type="h100-sxm", driver_version=driver, device_uuid=uuid, taken_at=at, now=at,
+                         draining=draining)
+
+
+def test_publish_detects_driver_changes_and_keeps_drain(engine: Any) -> None:
+    with session_scope(engine) as s:
+        first = _publish(s)
+        assert not first.driver_changed and first.published.device_id == "snapshot:agent:n1/gpu0"
+        assert not _publish(s, at=T0 + dt.timedelta(seconds=5)).driver_changed
+        fleet.set_draining(s, node="n1", draining=True)
+        changed = _publish(s, driver="590.10.01", at=T0 + dt.timedelta(seconds=10))
+        assert changed.driver_changed and changed.previous_driver == "580.95.05"
+        assert changed.published.draining  # a heartbeat does not undo `canary agent drain`
+        assert changed.published.age_s(T0 + dt.timedelta(seconds=70)) == pytest.approx(60)
+        # the device behind the name changed (a new UUID): one row for the name, under the new id
+        swapped = _publish(s, uuid="GPU-new", driver="590.10.01", at=T0 + dt.timedelta(seconds=15))
+        assert not swapped.driver_changed
+        assert [p.device_id for p in fleet.list_published(s)] == ["GPU-new"]
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "a b"], ids=["empty", "slash", "space"])
+def test_agent_ref_refuses_bad_names(name: str) -> None:
+    from canary.errors import InputError
+
+    with pytest.raises(InputError):
+        fleet.agent_ref(name, "gpu0")
+
+
+def test_servers_never_claim_agent_probes(engine: Any) -> None:
+    with session_scope(engine) as s:
+        agent_dev = _publish(s).published.device_id
+        on_agent, _ = probe_queue.submit(s, digest="a" * 64, device_id=agent_dev, request_json={}, now=T0)
+        on_server, _ = probe_queue.submit(s, digest="b" * 64, device_id="sim:h100-sxm", request_json={},
+                                          now=T0 + dt.timedelta(seconds=1))
+    with session_scope(engine) as s:
+        server = probe_queue.claim_next(s, owner="server", lease_s=5, now=T0, exclude=fleet.agent_device_ids(s))
+        assert server is not None and server.id == on_server.id
+        assert probe_queue.claim_next(s, owner="server", lease_s=5, now=T0, exclude=fleet.agent_device_ids(s)) is None
+        agent = probe_queue.claim_next(s, owner="agent/n1", lease_s=5, now=T0, devices=[agent_dev])
+        assert agent is not None and agent.id == on_agent.id
+
+
+@pytest.mark.parametrize(("published_age_s", "draining", "aborted"), [
+    pytest.param(10, False, False, id="fresh"),
+    pytest.param(120, False, True, id="silent-agent"),
+    pytest.param(10, True, True, id="draining"),
+])
+def test_queued_probes_of_absent_agents_are_aborted(engine: Any, published_age_s: float, draining: bool,
+                                                    aborted: bool) -> None:
+    now = T0 + dt.timedelta(seconds=published_age_s)
+    with session_scope(engine) as s:
+        dev = _publish(s, draining=draining).published.device_id
+        ticket, _ = probe_queue.submit(s, digest="c" * 64, device_id=dev, request_json={}, now=T0)
+    with session_scope(engine) as s:
+        out = fleet.abort_orphaned_queued(s, now=now, max_age_s=60)
+        row = probe_queue.get(s, ticket.id)
+    assert row is not None
+    assert [t.id for t in out] == ([ticket.id] if aborted else [])
+    assert row.state == ("aborted" if aborted else "queued")
+    if aborted:
+        assert ("draining" if draining else "has not published for 120 s") in (row.error or "")
+
+
+def _log(s: Any, digest: str, at: dt.datetime, device_type: str = "h100-sxm") -> None:
+    fleet.log_admission(s, pair_digest=digest, key_digests=[digest], device_type=device_type, device_id="d",
+                        label=digest, verdict="admit", request_json={"device": {"ref": "x"}, "n": at.isoformat()},
+                        now=at)
+
+
+def test_hot_pairs_rank_by_count_then_recency(engine: Any) -> None:
+    with session_scope(engine) as s:
+        for i in range(3):
+            _log(s, "p-three", T0 + dt.timedelta(minutes=i))
+        _log(s, "p-two-old", T0 + dt.timedelta(minutes=1))
+        _log(s, "p-two-old", T0 + dt.timedelta(minutes=2))
+        _log(s, "p-two-new", T0 + dt.timedelta(minutes=3))
+        _log(s, "p-two-new", T0 + dt.timedelta(minutes=4))
+        _log(s, "p-before", T0 - dt.timedelta(days=2))
+        _log(s, "p-other-type", T0, device_type="a100-sxm4-80gb")
+    with session_scope(engine, read_only=True) as s:
+        hot = fleet.hot_pairs(s, since=T0 - dt.timedelta(hours=1), device_type="h100-sxm")
+        assert [(h.pair_digest, h.requests) for h in hot] == [("p-three", 3), ("p-two-new", 2), ("p-two-old", 2)]
+        assert hot[0].request_json["n"] == (T0 + dt.timedelta(minutes=2)).isoformat()  # the newest request
+        assert [h.pair_digest for h in fleet.hot_pairs(s, since=T0 - dt.timedelta(hours=1), limit=1)] == ["p-three"]
+
+
+@pytest.mark.parametrize("budget", [0, 1, 5], ids=["none", "one", "more-than-history"])
+def test_revalidation_stays_within_its_budget(engine: Any, budget: int, tmp_path: Any) -> None:
+    base = load_policy("default")
+    policy = base.model_copy(update={"revalidation_budget_pairs": budget})
+    with session_scope(engine) as s:
+        for i, digest in enumerate(["d1" * 32, "d2" * 32, "d3" * 32]):
+            for _ in range(3 - i):
+                fleet.log_admission(s, pair_digest=digest, key_digests=[digest], device_type="h100-sxm",
+                                    device_id="x", label=digest[:4], verdict="admit", now=T0,
+                                    request_json={"device": {"ref": "x", "snapshot": dict(SNAP)}, "candidate": {},
+                                                  "residents": [], "regime": None, "policy": "default"})
+        _publish(s)
+        pub = _publish(s, driver="590.10.01", at=T0 + dt.timedelta(seconds=5))
+        assert pub.driver_changed
+        out = revalidate(s, pub.published, old_driver="580.95.05", policy=policy, now=T0 + dt.timedelta(seconds=5),
+                         history_since=T0 - dt.timedelta(days=7))
+    assert len(out.probes) == min(budget, 3)
+    assert [p["pair_digest"] for p in out.probes] == ["d1" * 32, "d2" * 32, "d3" * 32][:budget]
+    with session_scope(engine, read_only=True) as s:
+        event = fleet.get_drift(s, out.event_id)
+        assert event is not None and event.budget == budget and len(event.probes_json) == len(out.probes)
+        for p in out.probes:
+            row = probe_queue.get(s, p["probe_id"])
+            assert row is not None and row.device_id == pub.published.device_id and row.state == "queued"
+            assert row.request_json["device"]["snapshot"]["driver_version"] == "590.10.01"
+            assert row.request_json["reserve"] is False
