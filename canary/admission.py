@@ -39,6 +39,7 @@ from canary.snapshot import DeviceSnapshot, Resident
 if TYPE_CHECKING:
     from canary.backends import ResolvedDevice
     from canary.catalog import DeviceSpec
+    from canary.sim.model import ContentionParams
     from evidence_store.keys import PairKey
 
 REVALIDATION_TRIGGERS = (
@@ -77,6 +78,9 @@ class Request:
     policy: Policy
     regime: Regime
     regime_chosen_by: str
+    #: Simulator parameters for a simulated probe (``None``: the simulator's defaults); set by
+    #: ``canary bench`` to replay measured pairs under their calibrated regime.
+    sim_params: ContentionParams | None = None
 
     @property
     def snapshot(self) -> DeviceSnapshot:
@@ -450,7 +454,8 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
                              field="canary")
         from canary.sim import SimDevice
 
-        sim_device = SimDevice.from_snapshot(req.snapshot, req.spec, seed=seed, regime=str(req.regime))
+        sim_device = SimDevice.from_snapshot(req.snapshot, req.spec, seed=seed, regime=str(req.regime),
+                                             params=req.sim_params)
         handle = next((h for h in sim_device.handles() if h.startswith(f"resident:{resident.name}#")), None)
     executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
     monitor = make_monitor(resident.profile, sim_device=sim_device, sim_resident_handle=handle)

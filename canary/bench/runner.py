@@ -8,6 +8,7 @@ seed.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import tempfile
@@ -87,13 +88,26 @@ def rejection_cause(decision: Decision) -> str | None:
     return decision.decided_by or "unknown"
 
 
+def sim_params(sc: Scenario) -> Any:
+    """The simulator parameters a scenario is replayed under: Gavel's measured pairs under the regime
+    and parameters the simulator's calibration on them chose (``canary.sim.calibrated_regime()``:
+    time-slicing, fitted slice and switch cost); every other family under the simulator's defaults
+    (``None``)."""
+    if sc.family != "gavel":
+        return None
+    from canary.sim import calibrated_regime
+
+    return calibrated_regime().contention
+
+
 def _telemetry(sc: Scenario, seed: int) -> Any:
     """Window averages the scheduler reads before the candidate arrives, from the simulated device
     with the residents; counters the scenario lacks are ``None``."""
     from canary.bench.truth import sim_ready_snapshot
     from canary.sim import SimDevice
 
-    dev = SimDevice.from_snapshot(sim_ready_snapshot(sc), sc.spec, seed=seed, regime=sc.regime)
+    dev = SimDevice.from_snapshot(sim_ready_snapshot(sc), sc.spec, seed=seed, regime=sc.regime,
+                                  params=sim_params(sc))
     telemetry = dev.run_window(TELEMETRY_WINDOW_S).telemetry
     if sc.missing_counters:
         telemetry = telemetry.model_copy(update=dict.fromkeys(sc.missing_counters))
@@ -108,6 +122,9 @@ def _view(sc: Scenario, index: int, seed: int, db_url: str) -> ScenarioView:
     policy = load_policy("default")
     device = ResolvedDevice(snapshot=sc.snapshot, spec=sc.spec, ref=f"bench:{sc.id}", kind="file")
     req = build_request(device, sc.candidate, policy, regime=sc.regime)
+    params = sim_params(sc)
+    if params is not None:
+        req = dataclasses.replace(req, sim_params=params)
     when = BASE_TIME + dt.timedelta(minutes=index)
     return ScenarioView(scenario_id=sc.id, request=req, telemetry=_telemetry(sc, seed),
                         telemetry_window_s=TELEMETRY_WINDOW_S, db_url=db_url, seed=seed, clock=lambda: when)
