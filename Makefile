@@ -1,10 +1,11 @@
-# Two commands on a fresh machine: `make demo` and `make test`.
+# Two commands on a fresh machine: `make demo` and `make test`. While working: `make check` (lint and
+# the fast tests, under a minute; tests over ~3 s carry @pytest.mark.slow and run in `make test`).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install lint typecheck bench clean
+.PHONY: demo serve-demo test check install lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +18,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m canary.demo
 
+serve-demo: $(STAMP)
+	$(BIN)/python -m canary.serve.demo
+
 lint: $(STAMP)
 	$(BIN)/ruff check canary evidence_store migrations tests benchmarks
 
@@ -25,6 +29,9 @@ typecheck: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
+
+check: $(STAMP) lint
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/canary bench --out bench-out

@@ -159,9 +159,12 @@ def bulk_load(engine: Engine, batches: Iterator[list[dict[str, Any]]]) -> int:
 
 
 def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return ordered[index]
+    """The project's one quantile definition (nearest rank), in percent."""
+    from canary.quantiles import quantile
+
+    result = quantile(values, pct / 100)
+    assert result is not None, "no samples"
+    return result
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> list[float]:

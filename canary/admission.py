@@ -98,6 +98,8 @@ class Request:
             return snap.uuid
         if self.device.kind == "file":
             return f"file:{Path(self.device.ref).resolve()}"
+        if self.device.kind == "published":  # a snapshot sent to the service (canary serve) by value or name
+            return f"snapshot:{self.device.ref}"
         return f"sim:{self.spec.name}"
 
 
@@ -366,6 +368,21 @@ def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certif
     return make_certificate(req, hard, decision, now)
 
 
+def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime) -> list[PairKey]:
+    """The pair keys ``admit_async`` would probe for this request now; empty when stage 1 or the
+    evidence decides without a probe (or a resident without a profile makes a probe pointless).
+    The service uses it to coordinate probes (one per pair key) before deciding."""
+    hard = hard_fit(req, reserved_bytes_by_others=access.reserved_bytes(req.device_id, now))
+    if _hard_fit_decision(req, hard) is not None:
+        return []
+    evidence = [access.lookup(req, r, now) for r in req.snapshot.residents]
+    if _cache_decision(req, evidence).verdict != "unknown":
+        return []
+    if any(e.outcome is None and e.key is None for e in evidence):
+        return []
+    return [e.key for e in evidence if e.outcome is None and e.key is not None]
+
+
 def load_request(
     device_ref: str,
     candidate_path: str,
@@ -437,7 +454,7 @@ class ProbeRun:
 
 
 async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal: Any, progress: ProgressFn,
-                      seed: int) -> ProbeRun:
+                      seed: int, monitor_wrapper: Any = None) -> ProbeRun:
     from canary.probe import make_executor, make_monitor
     from canary.probe.orchestrator import run_probe
 
@@ -448,7 +465,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
     executor_kind = req.candidate.canary.executor if req.candidate.canary else "sim"
     monitor_kind = resident.profile.canary.monitor if resident.profile.canary else "sim"
     if "sim" in (executor_kind, monitor_kind):
-        if req.device.kind not in ("catalog", "file"):
+        if req.device.kind not in ("catalog", "file", "published"):
             raise InputError(f"{req.device.ref} is a live device: the candidate's canary executor must be "
                              "'process' or 'cuda' and the resident's monitor 'http' or 'prometheus', not 'sim'",
                              field="canary")
@@ -459,6 +476,8 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         handle = next((h for h in sim_device.handles() if h.startswith(f"resident:{resident.name}#")), None)
     executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
     monitor = make_monitor(resident.profile, sim_device=sim_device, sim_resident_handle=handle)
+    if monitor_wrapper is not None:
+        monitor = monitor_wrapper(monitor)
     slo = resident.profile.slo.latency_p99_ms if resident.profile.slo else None
     import uuid
 
@@ -585,12 +604,18 @@ async def admit_async(
     now: Any = None,
     reserve: bool = True,
     engine: Any = None,
+    monitor_wrapper: Any = None,
+    defer_probe: Any = None,
 ) -> Certificate:
     """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
     reservation and certificate committed together (or nothing). ``now`` is a clock function.
 
     ``reserve=False`` is the evidence-warming form: probes are run and recorded, nothing is booked
-    and no certificate is stored (the returned one says what an admission would have decided)."""
+    and no certificate is stored (the returned one says what an admission would have decided).
+    ``monitor_wrapper`` (a ``Monitor`` → ``Monitor`` function) lets a caller wrap each probe's monitor,
+    e.g. the service pacing simulated windows in wall time. ``defer_probe`` (a function of the pair keys
+    to probe) is called before any probe starts, with nothing written yet; the service passes one that
+    raises to hand the probe to its coordinator (one probe per pair key) instead of running it here."""
     from evidence_store import repository
     from evidence_store.engine import session_scope
     from evidence_store.errors import ReservationConflict
@@ -612,13 +637,16 @@ async def admit_async(
                    if e.outcome is None and e.key is not None]
         if decision.verdict == "unknown" and missing and probe and not any(
                 e.outcome is None and e.key is None for e in evidence):
+            if defer_probe is not None:
+                defer_probe([e.key for _, e in missing])
             from evidence_store.journal import StoreJournal
 
             journal = StoreJournal(engine)
-            _recover_orphans(engine, clock(), announce)
+            await _recover_orphans(engine, clock(), announce)
             for i, (resident, e) in enumerate(missing):
                 assert e.key is not None
-                runs.append(await _probe_pair(req, resident, e.key, journal=journal, progress=progress, seed=seed + i))
+                runs.append(await _probe_pair(req, resident, e.key, journal=journal, progress=progress, seed=seed + i,
+                                              monitor_wrapper=monitor_wrapper))
             cached = [e for e in evidence if e.outcome is not None]
             decision = _probe_decision(req, runs, cached)
     finished = clock()
@@ -653,13 +681,12 @@ async def admit_async(
     return cert
 
 
-def _recover_orphans(engine: Any, now: dt.datetime, announce: Any) -> None:
-    """Every probe start first cleans up probes whose owner died (expired leases)."""
-    from canary.jobs.recover import recover
-    from evidence_store.engine import session_scope
+async def _recover_orphans(engine: Any, now: dt.datetime, announce: Any) -> None:
+    """Every probe start first cleans up probes whose owner died (expired leases); the kills wait in a
+    worker thread with no store transaction open."""
+    from canary.jobs.recover import recover_store_async
 
-    with session_scope(engine) as session:
-        report = recover(session, now=now)
+    report = await recover_store_async(engine, now=now)
     if report.aborted and announce is not None:
         announce(f"recovered {report.aborted} orphaned probe(s) whose lease had expired")
 
@@ -681,8 +708,10 @@ def record_feedback(
     db_url: str | None,
     observed_slowdown_pct: float | None,
     now: dt.datetime,
+    engine: Any = None,
 ) -> str:
-    """Record a production SLO violation for an admitted pair; it outweighs earlier passes."""
+    """Record a production SLO violation for an admitted pair; it outweighs earlier passes.
+    ``engine``: the caller's open store (the service's), instead of opening one from ``db_url``."""
     import uuid
 
     from evidence_store import repository
@@ -696,7 +725,8 @@ def record_feedback(
     key = pair_key(req, resident)
     if key is None:
         raise InputError(f"resident {resident_name!r} has no profile, so no pair key", field="--resident-name")
-    engine = open_store_for_writing(db_url)
+    if engine is None:
+        engine = open_store_for_writing(db_url)
     rec = EvidenceIn(
         probe_id=f"feedback-{uuid.uuid4()}", key=key, driver_version=req.snapshot.driver_version,
         cuda_version=req.snapshot.cuda_driver_version, device_uuid=req.snapshot.uuid, source="production",

@@ -31,6 +31,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "envelope",
     "bench",
     "sim",
+    "serve",
+    "profiles",
 )
 
 

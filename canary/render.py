@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from canary.certificate import Certificate, Finding, Quantity
+from canary.tables import table
 from canary.units import format_bytes
 
 _MARK = {"yes": "ok", "no": "NO", "unknown": "??"}
@@ -22,16 +23,6 @@ def quantity(value: Quantity | None, unit: str) -> str:
     if isinstance(value, int):
         return f"{value:,} {unit}"
     return str(value)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    return "\n".join(out)
 
 
 _PARENS = re.compile(r"\s*\((?:[^()]|\([^()]*\))*\)")

@@ -1,7 +1,17 @@
-"""Byte sizes with units, as people write them: ``18Gi``, ``40GB``, ``512MiB``, ``4096``.
+"""Byte sizes with units, as people write them: ``18Gi``, ``40GB``, ``512MiB``, ``48KiB``, ``4096``.
 
-Parsing is pydantic's ``ByteSize`` (decimal ``kB/MB/GB/TB`` and binary ``KiB/MiB/GiB/TiB``);
-Kubernetes-style binary suffixes (``Ki``, ``Mi``, ``Gi``, ``Ti``) are accepted as their ``…B`` forms.
+One parser for every size canary reads (profiles, snapshots, policies, command-line options). Units:
+
+- binary: ``KiB MiB GiB TiB PiB`` and the Kubernetes forms ``Ki Mi Gi Ti Pi`` (any letter case);
+- decimal (SI): ``kB MB GB TB PB`` (any letter case) and the bare prefixes ``k M G T P``;
+- ``B`` or no unit: bytes.
+
+A fraction is allowed when the size comes out whole (``1.5Gi``); a size is never rounded.
+
+Sizes of on-chip memories (``on_chip=True``: shared memory, LDS) are read by stricter rules, because
+NVIDIA's and AMD's documents write "48 KB" for 48 KiB there: ``KB``/``MB`` (and ``Kb``, ``mB`` …) are
+refused as ambiguous, only the exact SI spelling ``kB`` means 1000, the bare ``K``/``M`` mean KiB/MiB,
+and units above MiB are refused (no on-chip memory is that large; such a unit is a typo).
 """
 
 from __future__ import annotations
@@ -9,17 +19,52 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ByteSize, TypeAdapter
-
-_K8S_SUFFIX = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGTP]i)\s*$", re.IGNORECASE)
-_BYTE_SIZE = TypeAdapter(ByteSize)
+from pydantic import BeforeValidator
 
 # The largest size any field may hold: 64 TiB is far beyond any device, so a bigger number is a typo.
 MAX_BYTES = 64 * 1024**4
 
+_SIZE = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+)\s*(?P<unit>[A-Za-z]*)\s*$")
+_PREFIX_POWER = {"k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
-def parse_bytes(value: Any) -> int:
-    """Return ``value`` as a whole number of bytes; raise ``ValueError`` naming the problem."""
+# Document sizes: unit (lower case) → factor.
+_DOCUMENT_UNITS: dict[str, int] = {"": 1, "b": 1}
+for _prefix, _power in _PREFIX_POWER.items():
+    _DOCUMENT_UNITS[_prefix] = 1000**_power
+    _DOCUMENT_UNITS[f"{_prefix}b"] = 1000**_power
+    _DOCUMENT_UNITS[f"{_prefix}i"] = 1024**_power
+    _DOCUMENT_UNITS[f"{_prefix}ib"] = 1024**_power
+
+# On-chip sizes: unit (lower case) → factor; the SI kilo and the ambiguous spellings are decided by
+# exact case before this table is consulted.
+_ON_CHIP_UNITS = {"": 1, "b": 1, "k": 1024, "ki": 1024, "kib": 1024, "m": 1024**2, "mi": 1024**2, "mib": 1024**2}
+_ON_CHIP_SI = {"kB": 1000}
+_ON_CHIP_AMBIGUOUS = frozenset({"KB", "Kb", "MB", "mb", "Mb", "mB"})
+
+_EXAMPLES = "examples: 18Gi, 40GB, 512MiB, 4096"
+_ON_CHIP_EXAMPLES = "examples: 49152, 48KiB, 1MiB"
+
+
+def _unit_factor(unit: str, *, on_chip: bool, value: object) -> int:
+    if not on_chip:
+        factor = _DOCUMENT_UNITS.get(unit.lower())
+        if factor is None:
+            raise ValueError(f"cannot read {value!r} as a size: unknown unit {unit!r} ({_EXAMPLES})")
+        return factor
+    if unit in _ON_CHIP_SI:
+        return _ON_CHIP_SI[unit]
+    if unit in _ON_CHIP_AMBIGUOUS:
+        raise ValueError(f"unit {unit!r} is ambiguous: write KiB/MiB (powers of 1024) or kB (1000)")
+    factor = _ON_CHIP_UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"unknown size unit {unit!r} (use B, KiB, MiB or kB)")
+    return factor
+
+
+def parse_bytes(value: Any, *, on_chip: bool = False) -> int:
+    """Return ``value`` as a whole number of bytes; raise ``ValueError`` naming the problem.
+
+    ``on_chip`` selects the stricter reading for shared memory and LDS sizes (see the module)."""
     if isinstance(value, bool):
         raise ValueError("expected a size such as 18Gi, 40GB or 4096, not a boolean")
     if isinstance(value, int):
@@ -29,14 +74,19 @@ def parse_bytes(value: Any) -> int:
             raise ValueError(f"a size in bytes must be whole, got {value}")
         number = int(value)
     elif isinstance(value, str):
-        text = value.strip()
-        match = _K8S_SUFFIX.match(text)
-        if match:
-            text = f"{match.group(1)}{match.group(2)}B"
-        try:
-            number = int(_BYTE_SIZE.validate_python(text))
-        except Exception as exc:  # pydantic's message is long; ours names the accepted forms
-            raise ValueError(f"cannot read {value!r} as a size (examples: 18Gi, 40GB, 512MiB, 4096)") from exc
+        match = _SIZE.match(value)
+        if match is None:
+            raise ValueError(f"{value!r} is not a size ({_ON_CHIP_EXAMPLES if on_chip else _EXAMPLES})")
+        factor = _unit_factor(match.group("unit"), on_chip=on_chip, value=value)
+        digits = match.group("number")
+        if "." in digits:
+            whole, _, fraction = digits.partition(".")
+            scaled = int(whole or "0") * factor * 10 ** len(fraction) + int(fraction) * factor
+            number, remainder = divmod(scaled, 10 ** len(fraction))
+            if remainder:
+                raise ValueError(f"{value!r} is not a whole number of bytes")
+        else:
+            number = int(digits) * factor
     else:
         raise ValueError(f"expected a size such as 18Gi, 40GB or 4096, got {type(value).__name__}")
     if number < 0:

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +22,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from canary.errors import CanaryError, InputError
+from canary.tables import table as table  # the project's one table renderer, re-exported
 from evidence_store.engine import open_store
 from evidence_store.models import Evidence, Reservation
 from evidence_store.schemas import (
@@ -86,18 +87,6 @@ def resolve_reservation_id(session: Session, given: str) -> str:
 
 
 # --- terminal tables ------------------------------------------------------------------------------
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """Left-aligned columns, two spaces apart, a dashed line under the headers."""
-    body = [list(r) for r in rows]
-    widths = [len(h) for h in headers]
-    for r in body:
-        widths = [max(w, len(c)) for w, c in zip(widths, r, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body)
-    return "\n".join(lines)
 
 
 def fmt_time(value: datetime | None) -> str:

@@ -205,3 +205,7 @@ class WarmQueue(Base):
     result_json: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+# The service's tables live in their own module; importing it here keeps Base.metadata complete.
+from evidence_store import serve_models as _serve_models  # noqa: E402, F401

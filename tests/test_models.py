@@ -14,18 +14,20 @@ from canary.policy import available_policies, load_policy
 from canary.profile import load_profile
 from canary.snapshot import load_snapshot
 from canary.units import parse_bytes
-from tests.conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 
 
 @pytest.mark.parametrize(("text", "value"), [
     ("18Gi", 18 * 2**30), ("18GiB", 18 * 2**30), ("40GB", 40 * 10**9), ("512Mi", 512 * 2**20),
     ("4096", 4096), (4096, 4096), ("1.5Gi", 3 * 2**29), ("0", 0),
+    ("4k", 4000), ("2.5kB", 2500), ("1TiB", 2**40), (" 7 MiB ", 7 * 2**20),
 ])
 def test_sizes_with_units(text: object, value: int) -> None:
     assert parse_bytes(text) == value
 
 
-@pytest.mark.parametrize("text", ["-1", -5, "abc", "18 parsecs", "100TiB", True, 1.5])
+@pytest.mark.parametrize("text", ["-1", -5, "abc", "18 parsecs", "100TiB", True, 1.5,
+                                  "40GB extra", "0.3B", "1.0000001Ki", "8bit"])
 def test_bad_sizes(text: object) -> None:
     with pytest.raises(ValueError):
         parse_bytes(text)

@@ -65,7 +65,30 @@ class Progress:
             self.stream.write("\n")
 
 
+def _remote_progress(stream: Any) -> Any:
+    seen: set[str] = set()
+
+    def show(status: dict[str, Any]) -> None:
+        if status["state"] not in seen:
+            seen.add(status["state"])
+            stream.write(f"canary: probe {status['id']} {status['state']} (shared by {status['waiters']} "
+                         f"request(s))\n")
+
+    return show
+
+
 def run_admit(args: argparse.Namespace) -> int:
+    from canary.commands.fit import server_url
+
+    server = server_url(args)
+    if server is not None:
+        from canary.commands.fit import print_certificate
+        from canary.serve.client import ServiceClient, request_body, token_from
+
+        with ServiceClient(server, token_from(args)) as client:
+            cert = client.decide("/v1/admissions", request_body(args, admit=True),
+                                 progress=None if args.quiet else _remote_progress(sys.stderr))
+        return print_certificate(cert, args)
     from canary.admission import admit, load_request
     from canary.render import certificate_text
 

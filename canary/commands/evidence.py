@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from canary.errors import EXIT_ADMIT
+from canary.tables import key_values
 
 
 def add_parser(subparsers: Any) -> None:
@@ -151,8 +152,7 @@ def run_show(args: argparse.Namespace) -> int:
         ),
         ("superseded by", record.superseded_by or "-"),
     ]
-    width = max(len(name) for name, _ in details)
-    sys.stdout.write("".join(f"{name.ljust(width)}  {value}\n" for name, value in details))
+    sys.stdout.write("".join(line + "\n" for line in key_values(details)))
     headers, rows = evidence_rows(records)
     sys.stdout.write(f"\nhistory of this pair ({len(records)} record(s), newest first):\n")
     sys.stdout.write(table(headers, rows) + "\n")

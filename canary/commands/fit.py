@@ -24,7 +24,24 @@ def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", help="policy name from policies/ or a file (default: default)")
     parser.add_argument("--json", action="store_true", help="print the certificate as JSON")
     parser.add_argument("--no-store", action="store_true", help="do not consult the evidence store")
+    add_server_arguments(parser)
     parser.set_defaults(handler=run)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", metavar="URL",
+                        help="ask this canary service instead of deciding locally (default: $CANARY_SERVER)")
+    parser.add_argument("--token", help="bearer token for --server (default: $CANARY_TOKEN)")
+
+
+def print_certificate(cert: Any, args: argparse.Namespace) -> int:
+    from canary.render import certificate_text
+
+    if args.json:
+        sys.stdout.write(cert.to_json() + "\n")
+    else:
+        sys.stdout.write(certificate_text(cert, verbose=bool(args.verbose)) + "\n")
+    return VERDICT_EXIT[cert.verdict]
 
 
 def add_parser(sub: Any) -> None:
@@ -34,7 +51,21 @@ def add_parser(sub: Any) -> None:
     add_fit_arguments(parser)
 
 
+def server_url(args: argparse.Namespace) -> str | None:
+    """``--server`` or ``$CANARY_SERVER``; read here so a local ``gpu-fit`` imports nothing of the service."""
+    import os
+
+    server: str | None = getattr(args, "server", None) or os.environ.get("CANARY_SERVER") or None
+    return server
+
+
 def run(args: argparse.Namespace) -> int:
+    server = server_url(args)
+    if server is not None:
+        from canary.serve.client import ServiceClient, request_body, token_from
+
+        with ServiceClient(server, token_from(args)) as client:
+            return print_certificate(client.decide("/v1/fit", request_body(args, admit=False)), args)
     from canary.admission import EvidenceAccess, fit, load_request, utcnow
     from canary.render import certificate_text
 

@@ -52,7 +52,7 @@ def _pct(value: float | None) -> str:
 
 
 def _print_report(report: Any, *, drift: bool) -> None:
-    from canary.render import table
+    from canary.tables import table
 
     rows = []
     for p in report.pairs:
@@ -140,12 +140,10 @@ def run_revalidate(args: argparse.Namespace) -> int:
 
 def run_recover(args: argparse.Namespace) -> int:
     from canary.admission import open_store_for_writing, utcnow
-    from canary.jobs.recover import recover
-    from evidence_store.engine import session_scope
+    from canary.jobs.recover import recover_store
 
     engine = open_store_for_writing(args.db)
-    with session_scope(engine) as session:
-        report = recover(session, now=utcnow(), kill=not args.no_kill)
+    report = recover_store(engine, now=utcnow(), kill=not args.no_kill)
     if args.json:
         sys.stdout.write(json.dumps([{**p.__dict__, "lease_expired_at": p.lease_expired_at.isoformat()}
                                      for p in report.probes], indent=2) + "\n")

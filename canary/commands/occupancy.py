@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -19,22 +18,6 @@ from canary.errors import EXIT_ADMIT, InputError
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
     from canary.occupancy import CdnaOccupancyResult, OccupancyResult
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1024,
-    "ki": 1024,
-    "kib": 1024,
-    "m": 1024**2,
-    "mi": 1024**2,
-    "mib": 1024**2,
-}
-# Case matters for the SI spelling: kB is 1000. KB and MB are refused: NVIDIA's documents write
-# "48 KB" for 48 KiB, so guessing either way would be silently wrong half the time.
-_SI_UNITS = {"kB": 1000}
-_AMBIGUOUS_UNITS = {"KB", "Kb", "MB", "mb", "Mb", "mB"}
 
 _CUDA_FIELDS = (
     "compute_capability",
@@ -70,21 +53,14 @@ _CDNA_FIELDS = (
 
 
 def parse_size_bytes(text: str, option: str) -> int:
-    """Bytes from ``49152``, ``48KiB``, ``48K``, ``1MiB`` or ``48kB``; ``InputError`` otherwise."""
-    match = _SIZE_RE.match(text)
-    if match is None:
-        raise InputError(f"{text!r} is not a size (examples: 49152, 48KiB, 1MiB)", field=option)
-    number, unit = int(match.group(1)), match.group(2)
-    if unit in _SI_UNITS:
-        return number * _SI_UNITS[unit]
-    if unit in _AMBIGUOUS_UNITS:
-        raise InputError(
-            f"unit {unit!r} is ambiguous: write KiB/MiB (powers of 1024) or kB (1000)", field=option
-        )
-    factor = _SIZE_UNITS.get(unit.lower())
-    if factor is None:
-        raise InputError(f"unknown size unit {unit!r} (use B, KiB, MiB or kB)", field=option)
-    return number * factor
+    """Bytes from ``49152``, ``48KiB``, ``48K``, ``1MiB`` or ``48kB`` (the on-chip reading of
+    :func:`canary.units.parse_bytes`); ``InputError`` naming ``option`` otherwise."""
+    from canary.units import parse_bytes
+
+    try:
+        return parse_bytes(text, on_chip=True)
+    except ValueError as exc:
+        raise InputError(str(exc), field=option) from None
 
 
 def add_parser(subparsers: Any) -> None:
@@ -132,6 +108,20 @@ def _limit_text(value: int | None) -> str:
     return "unlimited" if value is None else str(value)
 
 
+def _limits_table(
+    column: str, rows: tuple[tuple[str, str, int | None], ...], limiting: tuple[str, ...], active: str
+) -> list[str]:
+    """What limits the blocks (NVIDIA) or workgroups (AMD) per multiprocessor, one row a resource,
+    the limiting ones marked, then the active count."""
+    width = len(column) + 1
+    lines = [f"{'limit':<16}{column:>{width}}"]
+    for label, key, value in rows:
+        mark = "  <- limiting" if key in limiting else ""
+        lines.append(f"{label:<16}{_limit_text(value):>{width}}{mark}")
+    lines.append(f"{'active':<16}{active}")
+    return lines
+
+
 def _render_cuda(
     spec: DeviceSpec, args: argparse.Namespace, sizes: dict[str, int], result: OccupancyResult
 ) -> str:
@@ -144,7 +134,6 @@ def _render_cuda(
         f"{spec.name} (cc {major}.{minor}): {args.regs} regs/thread, {args.threads} threads/block, "
         f"static {sizes['static']} B, dynamic {sizes['dynamic']} B, carveout {carveout}",
         "",
-        f"{'limit':<16}{'blocks/SM':>10}",
     ]
     rows = (
         ("registers", "registers", result.block_limit_registers),
@@ -153,12 +142,12 @@ def _render_cuda(
         ("blocks", "blocks", result.block_limit_blocks),
         ("barriers", "barriers", result.block_limit_barriers),
     )
-    for label, key, value in rows:
-        mark = "  <- limiting" if key in result.limiting else ""
-        lines.append(f"{label:<16}{_limit_text(value):>10}{mark}")
+    lines += _limits_table(
+        "blocks/SM", rows, tuple(result.limiting),
+        f"{result.active_blocks_per_sm:>10}  ({result.active_warps_per_sm} of {result.max_warps_per_sm} warps, "
+        f"{result.occupancy_pct:.1f}% occupancy)",
+    )
     lines += [
-        f"{'active':<16}{result.active_blocks_per_sm:>10}  "
-        f"({result.active_warps_per_sm} of {result.max_warps_per_sm} warps, {result.occupancy_pct:.1f}% occupancy)",
         "",
         f"allocated per block: {result.allocated_registers_per_block} registers, "
         f"{result.allocated_shared_memory_per_block} B shared memory; SM carveout "
@@ -173,7 +162,6 @@ def _render_cdna(spec: DeviceSpec, args: argparse.Namespace, lds: int, result: C
         f"{spec.name} ({spec.architecture}): {args.vgprs} VGPRs, {args.agprs or 0} AGPRs, {args.sgprs or 0} SGPRs, "
         f"LDS {lds} B, workgroup {args.threads} ({result.waves_per_workgroup} waves)",
         "",
-        f"{'limit':<16}{'workgroups/CU':>14}",
     ]
     rows = (
         ("VGPRs", "vgprs", result.workgroup_limit_vgprs),
@@ -182,12 +170,12 @@ def _render_cdna(spec: DeviceSpec, args: argparse.Namespace, lds: int, result: C
         ("wave slots", "waves", result.workgroup_limit_waves),
         ("barrier slots", "workgroup_slots", result.workgroup_limit_workgroup_slots),
     )
-    for label, key, value in rows:
-        mark = "  <- limiting" if key in result.limiting else ""
-        lines.append(f"{label:<16}{_limit_text(value):>14}{mark}")
-    lines += [
-        f"{'active':<16}{result.workgroups_per_cu:>14}  ({result.waves_per_cu} of {result.max_waves_per_cu} waves, "
+    lines += _limits_table(
+        "workgroups/CU", rows, tuple(result.limiting),
+        f"{result.workgroups_per_cu:>14}  ({result.waves_per_cu} of {result.max_waves_per_cu} waves, "
         f"{result.waves_per_simd} per SIMD, {result.occupancy_pct:.1f}% occupancy)",
+    )
+    lines += [
         "rules: LLVM AMDGPU (gfx90a/gfx942); device numbers: catalog (see --json for sources)",
     ]
     return "\n".join(lines)

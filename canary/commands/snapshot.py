@@ -7,6 +7,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from canary.tables import key_values
+
 if TYPE_CHECKING:
     from canary.snapshot import DeviceSnapshot, Measured
 
@@ -93,8 +95,7 @@ def format_table(snapshot: DeviceSnapshot) -> str:
     for resident in snapshot.residents:
         what = "profiled" if resident.profiled else "unprofiled"
         rows.append(("resident", f"{resident.name}: {format_bytes(resident.observed_memory_bytes)} ({what})"))
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines = key_values(rows)
     if snapshot.unknown_reasons:
         lines.append("unknown:")
         lines.extend(f"  {field}: {reason}" for field, reason in sorted(snapshot.unknown_reasons.items()))

@@ -1,4 +1,5 @@
-"""Process-group inspection and signalling shared by the process executor and recovery (Linux ``/proc``).
+"""Process-group inspection, signalling and termination shared by the process executor and recovery
+(Linux ``/proc``). :func:`terminate_group` is the one SIGTERM → SIGKILL path of both.
 
 A process group counts as gone when none of its members is alive: zombies (state ``Z``) have exited
 and only wait to be reaped by whoever adopted them, which may be a container's PID 1 that never
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,3 +89,69 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         return
+
+
+@dataclass(frozen=True, slots=True)
+class Termination:
+    """How a group ended: ``gone`` when ``alive`` said no at the end; ``killed`` when SIGKILL was
+    needed; ``signalled`` is ``False`` when nothing was alive to signal in the first place."""
+
+    gone: bool
+    killed: bool
+    signalled: bool
+
+
+def _terminate_steps(
+    pgid: int, alive: Callable[[], bool], term_grace_s: float, kill_wait_s: float, poll_s: float
+) -> Generator[float, None, Termination]:
+    """The one SIGTERM → SIGKILL sequence; yields how long to sleep before looking again, so the same
+    steps run under a blocking sleep (recovery) and an async one (the executor's rollback)."""
+
+    def gone_within(timeout_s: float) -> Generator[float, None, bool]:
+        deadline = time.monotonic() + timeout_s
+        while alive():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            yield min(poll_s, left)
+        return True
+
+    if not alive():
+        return Termination(gone=True, killed=False, signalled=False)
+    signal_group(pgid, signal.SIGTERM)
+    if (yield from gone_within(term_grace_s)):
+        return Termination(gone=True, killed=False, signalled=True)
+    signal_group(pgid, signal.SIGKILL)
+    gone = yield from gone_within(kill_wait_s)
+    return Termination(gone=gone, killed=True, signalled=True)
+
+
+async def terminate_group(
+    pgid: int, *, alive: Callable[[], bool], term_grace_s: float, kill_wait_s: float, poll_s: float = 0.02
+) -> Termination:
+    """SIGTERM group ``pgid``, wait up to ``term_grace_s`` for ``alive()`` to turn false, then SIGKILL
+    and wait up to ``kill_wait_s``. ``alive`` says what counts as still there (the executor reaps its
+    child and looks at every member; recovery looks only at members carrying the probe id)."""
+    import anyio
+
+    steps = _terminate_steps(pgid, alive, term_grace_s, kill_wait_s, poll_s)
+    try:
+        while True:
+            await anyio.sleep(next(steps))
+    except StopIteration as done:
+        result: Termination = done.value
+        return result
+
+
+def terminate_group_blocking(
+    pgid: int, *, alive: Callable[[], bool], term_grace_s: float, kill_wait_s: float, poll_s: float = 0.02
+) -> Termination:
+    """:func:`terminate_group` for synchronous callers (it sleeps the calling thread: never call it
+    from an event loop or while holding a store transaction)."""
+    steps = _terminate_steps(pgid, alive, term_grace_s, kill_wait_s, poll_s)
+    try:
+        while True:
+            time.sleep(next(steps))
+    except StopIteration as done:
+        result: Termination = done.value
+        return result

@@ -19,19 +19,15 @@ class SimLink:
     candidate_handles: list[str] = field(default_factory=list)
 
 
-# id(device) → (a weak reference to the device, its link); the weak reference tells a live device
-# from a new one that got the id of a collected device, and lets devices be collected.
-_LINKS: dict[int, tuple[weakref.ref[Any], SimLink]] = {}
+# device → its link. Weak keys: a link lives exactly as long as its device, so a warm job probing many
+# devices does not keep them all, and a new device can never inherit a collected one's link.
+_LINKS: weakref.WeakKeyDictionary[Any, SimLink] = weakref.WeakKeyDictionary()
 
 
 def link_for(device: Any) -> SimLink:
-    """The link of ``device`` (created on first use; keyed by identity, checked against reuse of ids)."""
-    key = id(device)
-    entry = _LINKS.get(key)
-    if entry is not None and entry[0]() is device:
-        return entry[1]
-    link = SimLink()
-    _LINKS[key] = (weakref.ref(device), link)
-    # Forget the link with its device, so a warm job probing many devices does not keep them all.
-    weakref.finalize(device, _LINKS.pop, key, None)
+    """The link of ``device`` (created on first use; keyed by the device object itself, which must
+    be hashable by identity and weak-referenceable, as ``SimDevice`` is)."""
+    link = _LINKS.get(device)
+    if link is None:
+        link = _LINKS[device] = SimLink()
     return link

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from canary.admission import admit, load_request, utcnow
-from tests.conftest import EXAMPLES, canary_cmd, cli_env
+from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 
 SNAP = str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml")
 EMB = str(EXAMPLES / "profiles" / "embedding-service.yaml")
@@ -87,6 +87,7 @@ def test_production_feedback_outweighs_earlier_passes(tmp_path: Path) -> None:
     assert "production" in (after.evidence.sources if after.evidence else ())
 
 
+@pytest.mark.slow
 def test_admit_cli_json_and_progress(tmp_path: Path) -> None:
     proc = subprocess.run([*canary_cmd(), "admit", SNAP, EMB, "--json"], capture_output=True, text=True,
                           env=cli_env(tmp_path), timeout=120)
@@ -118,6 +119,7 @@ def test_bad_regime_on_admit(tmp_path: Path, bad: str) -> None:
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_read_that_left_a_blank_store_file_does_not_block_the_first_admission(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
     listed = subprocess.run([*canary_cmd(), "evidence", "list"], capture_output=True, text=True, env=env, timeout=60)

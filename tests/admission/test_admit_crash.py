@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from canary.probe.procs import group_alive
-from tests.conftest import canary_cmd, cli_env
-from tests.probe.helpers import candidate_profile, free_port, resident_profile, start_server
+from tests.support.helpers import candidate_profile, free_port, resident_profile, start_server
+from tests.support.paths import canary_cmd, cli_env
 
 
 def _write(path: Path, profile) -> str:  # type: ignore[no-untyped-def]
@@ -36,6 +37,7 @@ def _running_probe(db: Path) -> tuple[str, int] | None:
     return (str(row[0]), int(row[1])) if row else None
 
 
+@pytest.mark.slow
 def test_sigkilled_admit_leaves_an_orphan_that_recover_cleans_up(tmp_path: Path) -> None:
     resident_port, candidate_port = free_port(), free_port()
     resident = start_server(resident_port)
@@ -44,15 +46,18 @@ def test_sigkilled_admit_leaves_an_orphan_that_recover_cleans_up(tmp_path: Path)
         cand = _write(tmp_path / "candidate.yaml", candidate_profile(candidate_port, "--burners", "1"))
         env = cli_env(tmp_path)
         db = tmp_path / "evidence.sqlite3"
-        admit = subprocess.Popen([*canary_cmd(), "admit", "h100", cand, "--resident", res], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        # Output to files, not pipes: nobody reads them while it runs, and a full pipe would stall it.
+        out_path, err_path = tmp_path / "admit.stdout", tmp_path / "admit.stderr"
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            admit = subprocess.Popen([*canary_cmd(), "admit", "h100", cand, "--resident", res], env=env,
+                                     stdout=out, stderr=err, start_new_session=True)
         try:
             deadline = time.monotonic() + 60
             running = None
             while running is None and time.monotonic() < deadline and admit.poll() is None:
                 running = _running_probe(db)
                 time.sleep(0.1)
-            assert running is not None, admit.stderr.read().decode() if admit.poll() is not None else "no probe row"
+            assert running is not None, err_path.read_text() if admit.poll() is not None else "no probe row"
             probe_id, pgid = running
             # The candidate is held until the baseline window ends; kill once it serves requests.
             while time.monotonic() < deadline and admit.poll() is None:
@@ -63,7 +68,7 @@ def test_sigkilled_admit_leaves_an_orphan_that_recover_cleans_up(tmp_path: Path)
                     time.sleep(0.05)
             assert admit.poll() is None, "the probe ended before it could be killed mid-probe"
             os.kill(admit.pid, signal.SIGKILL)
-            admit.wait(timeout=10)
+            admit.wait(timeout=60)
         finally:
             if admit.poll() is None:
                 admit.kill()

@@ -1,12 +1,11 @@
 """CUDA driver backend and the ``cuda`` canary executor, on recorded cuda-python returns.
 
-Shapes: cuda-bindings 13.x tuples ``(CUresult, *outputs)`` (tests/backends/fake_cuda.py). The real
+Shapes: cuda-bindings 13.x tuples ``(CUresult, *outputs)`` (tests/support/fake_cuda.py). The real
 library is also exercised: on this machine its first call raises ``DynamicLibNotFoundError``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +20,8 @@ from canary.errors import DeviceUnavailable, InputError, ProbeError
 from canary.probe.executors.cuda import CudaExecutor
 from canary.probe.interfaces import ExposureGate
 from canary.profile import CanarySpec, KernelSpec, MemoryEnvelope, WorkloadProfile
-from tests.backends.fake_cuda import H200_TOTAL_MEM, FakeCudaDriver
-from tests.backends.fake_nvml import FakeNvml
+from tests.support.fake_cuda import H200_TOTAL_MEM, FakeCudaDriver
+from tests.support.fake_nvml import FakeNvml
 
 
 def _no_driver() -> bool:
@@ -181,12 +180,8 @@ def test_executor_needs_the_kernel_in_the_profile(tmp_path: Path) -> None:
         CudaExecutor(profile, module=FakeCudaDriver())
 
 
-def test_mismatch_is_a_dataclass() -> None:
-    assert dataclasses.is_dataclass(cuda.Mismatch)
-
-
 def test_green_context_split_rounds_to_the_alignment() -> None:
-    from tests.backends.fake_cuda import FakeGreenContexts
+    from tests.support.fake_cuda import FakeGreenContexts
 
     split = cuda.green_context_split(0, 30, module=FakeGreenContexts())
     assert split.group_sm_count == (32, 32, 32, 32)
@@ -194,7 +189,7 @@ def test_green_context_split_rounds_to_the_alignment() -> None:
 
 
 def test_green_context_split_larger_than_the_device() -> None:
-    from tests.backends.fake_cuda import FakeGreenContexts
+    from tests.support.fake_cuda import FakeGreenContexts
 
     with pytest.raises(InputError, match="132 SMs, fewer than 200"):
         cuda.green_context_split(0, 200, module=FakeGreenContexts())

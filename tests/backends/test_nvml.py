@@ -1,6 +1,6 @@
 """NVML backend: mapping, unknown handling and error mapping on recorded pynvml values.
 
-Shapes: nvidia-ml-py 13.615 structs (see tests/backends/fake_nvml.py for each one's origin).
+Shapes: nvidia-ml-py 13.615 structs (see tests/support/fake_nvml.py for each one's origin).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from canary.backends import nvml
 from canary.backends._vendor import NVML_LIBRARY_MISSING
 from canary.errors import DeviceUnavailable
 from canary.snapshot import DeviceSnapshot
-from tests.backends.fake_nvml import FREE, H200_UUID, MIB, RESERVED, TOTAL, FakeNvml
+from tests.support.fake_nvml import FREE, H200_UUID, MIB, RESERVED, TOTAL, FakeNvml
 
 
 def read(fake: FakeNvml, index: int = 0) -> DeviceSnapshot:

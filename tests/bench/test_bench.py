@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from canary.bench.metrics import Outcome, summarize
-from tests.conftest import SHARED, canary_cmd, cli_env
+from tests.support.paths import SHARED, canary_cmd, cli_env
 
 PNGS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png")
 ENGINE = "+pairwise evidence (full engine)"
@@ -34,6 +34,7 @@ def results(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> dict[st
     return doc
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_quick_bench_writes_report_json_and_pngs(quick_run: tuple[subprocess.CompletedProcess[str], Path],
                                                  results: dict[str, Any]) -> None:
@@ -52,6 +53,7 @@ def test_quick_bench_writes_report_json_and_pngs(quick_run: tuple[subprocess.Com
     assert results["policies"][-1] == ENGINE and len(results["policies"]) == 10
 
 
+@pytest.mark.slow
 def test_spread_over_seeds_is_reported(quick_run: tuple[subprocess.CompletedProcess[str], Path],
                                        results: dict[str, Any]) -> None:
     _, out = quick_run
@@ -69,6 +71,7 @@ def test_spread_over_seeds_is_reported(quick_run: tuple[subprocess.CompletedProc
     assert "Headline across 2 seeds" in report and "Consistency checks, not evidence" in report
 
 
+@pytest.mark.slow
 def test_every_engine_rejection_is_attributed(results: dict[str, Any]) -> None:
     causes = results["engine_rejections"]
     assert set(causes) <= {"hard-fit", "cache", "judge", "guard", "slo", "stall"}
@@ -82,6 +85,7 @@ def test_every_engine_rejection_is_attributed(results: dict[str, Any]) -> None:
             assert d["rule"] in ("judge", "guard", "slo", "stall"), s["id"]
 
 
+@pytest.mark.slow
 def test_gavel_is_out_of_the_headline(results: dict[str, Any]) -> None:
     engine = results["metrics"][ENGINE]
     if "gavel" not in engine["families"]:
@@ -99,6 +103,7 @@ def test_truth_and_probe_draw_from_independent_seeds() -> None:
     assert scenario_seed(0, sc, "truth") == scenario_seed(0, sc, "truth")
 
 
+@pytest.mark.slow
 def test_full_engine_has_no_false_admit_on_hard_fit_families(results: dict[str, Any]) -> None:
     inv = results["invariants"]["zero_false_admits_on_hard_fit"]
     assert inv["ok"] and inv["false_admits"] == 0
@@ -106,6 +111,7 @@ def test_full_engine_has_no_false_admit_on_hard_fit_families(results: dict[str, 
         assert results["metrics"][ENGINE]["families"][family]["false_admits"] == 0
 
 
+@pytest.mark.slow
 def test_error_totals_are_the_headline_and_no_utilisation_policy_beats_the_engine(results: dict[str, Any]) -> None:
     """The acceptance condition "lowest false-admit + false-reject total" is computed on the headline
     (Gavel's pairs score the simulator there, not the policies) and reported as it comes out. On the
@@ -124,11 +130,13 @@ def test_error_totals_are_the_headline_and_no_utilisation_policy_beats_the_engin
             assert inv["engine"] <= inv["totals"][name], name
 
 
+@pytest.mark.slow
 def test_full_engine_names_the_limiting_resource(results: dict[str, Any]) -> None:
     inv = results["invariants"]["limiting_resource_accuracy"]
     assert inv["value"] is not None and inv["value"] >= 0.95
 
 
+@pytest.mark.slow
 def test_hard_fit_rejections_name_the_physical_resource(results: dict[str, Any]) -> None:
     """On the hard-fit families the engine rejects and names exactly the physical resource."""
     for s in results["scenarios"]:
@@ -146,6 +154,7 @@ def _strip_wall(o: Any) -> Any:
     return o
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_same_seed_same_results_apart_from_wall_clock() -> None:
     from canary.bench.runner import run_suite
@@ -159,6 +168,7 @@ def test_same_seed_same_results_apart_from_wall_clock() -> None:
     assert again["decisions"][ENGINE]["decided_by"] == "cache"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED / "data" / "gavel").is_dir(), reason="../shared/data/gavel is absent")
 def test_gavel_draw_follows_the_seed() -> None:
     from canary.bench.scenarios import build_suite

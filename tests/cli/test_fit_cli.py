@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, canary_cmd, cli_env
+from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 
 PROFILE = str(EXAMPLES / "profiles" / "embedding-service.yaml")
 

@@ -78,6 +78,7 @@ def compiled(
     return result
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("arch", [80, 90])
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -98,6 +99,7 @@ def test_profile_matches_ptxas(compiled: Compiled, kernel: str, arch: int) -> No
     assert f"stack {ptxas['stack']} B" in (spec.note or "")
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_spill_kernel_really_spills(compiled: Compiled) -> None:
     for arch in (80, 90):
@@ -106,6 +108,7 @@ def test_spill_kernel_really_spills(compiled: Compiled) -> None:
         assert reference["spill_heavy"]["stack"] > 0
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_sm90_module_without_shared_memory_reports_zero(compiled: Compiled) -> None:
     # compute.cu uses no shared memory: cuobjdump says SHARED:0 and nothing is subtracted
@@ -114,6 +117,7 @@ def test_sm90_module_without_shared_memory_reports_zero(compiled: Compiled) -> N
     assert "reserve" not in (profile.kernels[0].note or "")
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_fatbin_object_and_shared_library(tmp_path: Path) -> None:
     src = ROOT / "examples/kernels/candidate_smem.cu"
@@ -145,6 +149,7 @@ def test_fatbin_object_and_shared_library(tmp_path: Path) -> None:
             )
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_written_draft_loads_and_launches_apply(compiled: Compiled, tmp_path: Path) -> None:
     cubin, _ = compiled[("smem_persistent", 90)]
@@ -169,6 +174,7 @@ def test_written_draft_loads_and_launches_apply(compiled: Compiled, tmp_path: Pa
     assert loaded.memory.reserved_bytes == 1 << 30 and loaded.memory.peak_bytes == 4 << 30
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cli_without_block_size_is_exit_2(compiled: Compiled, tmp_path: Path) -> None:
     cubin, _ = compiled[("stream", 90)]
@@ -257,6 +263,7 @@ def _reference_blocks(spec: object, regs: int, threads: int, static_smem: int, d
     return int(blocks)
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize(("device", "arch"), [("a100-80gb", 80), ("h100-sxm", 90), ("h200", 90)])
 @pytest.mark.parametrize("kernel", KERNELS)

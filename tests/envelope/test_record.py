@@ -1,5 +1,5 @@
 """`envelope record`: the pure summary on recorded samples, and a real subprocess sampled through a
-recorded NVML (pynvml shapes, tests/backends/fake_nvml.py)."""
+recorded NVML (pynvml shapes, tests/support/fake_nvml.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from canary.envelope.record import Sample, process_tree, record, summarize
 from canary.errors import InputError
-from tests.backends.fake_nvml import FakeNvml
+from tests.support.fake_nvml import FakeNvml
 
 GIB = 1 << 30
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,46 +15,47 @@ from sqlalchemy import Engine, func, select
 from evidence_store import repository as repo
 from evidence_store.engine import session_scope
 from evidence_store.models import Certificate, CertificateEvidence, Evidence, Reservation
+from tests.support.subprocesses import Child
 
 REPO = Path(__file__).resolve().parents[2]
 PROCESSES = 16
 ROOM_FOR = 5
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
+def _spawn(stderr_path: Path, *args: str) -> Child:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(
+    return Child(
         [sys.executable, "-m", "tests.evidence_store.evidence_store_worker", *args],
+        stderr_path=stderr_path,
         stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
         env=env,
     )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_sixteen_processes_race_for_room_for_exactly_five(store_url: str, engine: Engine) -> None:
-    workers = [_spawn("reserve", store_url, "GPU-race", "8", str(8 * ROOM_FOR)) for _ in range(PROCESSES)]
+def test_sixteen_processes_race_for_room_for_exactly_five(
+    store_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    workers = [
+        _spawn(tmp_path / f"worker-{i}.stderr", "reserve", store_url, "GPU-race", "8", str(8 * ROOM_FOR))
+        for i in range(PROCESSES)
+    ]
     try:
         for w in workers:
-            assert w.stdout is not None
-            line = w.stdout.readline().strip()
-            assert line == "ready", (line, w.stderr.read() if w.stderr else "")
+            line = w.line()
+            assert line == "ready", (line, w.stderr_tail())
         for w in workers:  # the start signal, as close together as the pipes allow
-            assert w.stdin is not None
-            w.stdin.write("go\n")
-            w.stdin.flush()
+            assert w.proc.stdin is not None
+            w.proc.stdin.write(b"go\n")
+            w.proc.stdin.flush()
         results = []
         for w in workers:
-            out, err = w.communicate(timeout=120)
-            assert w.returncode == 0, err
-            results.append(out.strip())
+            results.append(w.line())
+            assert w.wait() == 0, w.stderr_tail()
     finally:
         for w in workers:
-            if w.poll() is None:
-                w.kill()
+            w.close()
     booked = [r for r in results if r.startswith("booked ")]
     assert len(booked) == ROOM_FOR, results
     assert results.count("conflict") == PROCESSES - ROOM_FOR
@@ -65,24 +65,21 @@ def test_sixteen_processes_race_for_room_for_exactly_five(store_url: str, engine
     assert sum(r.memory_bytes for r in rows) == ROOM_FOR * 8 * 2**30
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_sigkilled_writer_loses_nothing_committed_and_leaves_nothing_half_written(
-    store_url: str, engine: Engine
+    store_url: str, engine: Engine, tmp_path: Path
 ) -> None:
-    writer = _spawn("writer", store_url)
+    writer = _spawn(tmp_path / "writer.stderr", "writer", store_url)
     committed: list[int] = []
     try:
-        assert writer.stdout is not None
-        deadline = time.monotonic() + 60
-        while len(committed) < 25 and time.monotonic() < deadline:
-            line = writer.stdout.readline()
-            assert line, writer.stderr.read() if writer.stderr else "writer exited"
-            committed.append(int(line.split()[1]))
-        os.kill(writer.pid, signal.SIGKILL)
+        while len(committed) < 25:
+            committed.append(int(writer.line().split()[1]))
+        os.kill(writer.proc.pid, signal.SIGKILL)
+        code = writer.wait()
     finally:
-        writer.kill()
-        writer.wait(30)
-    assert writer.returncode == -signal.SIGKILL
+        writer.close()
+    assert code == -signal.SIGKILL
     assert len(committed) == 25
     last_reported = committed[-1]
 

@@ -83,7 +83,7 @@ def test_importing_keys_and_package_does_not_import_sqlalchemy() -> None:
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic', 'psycopg'))\n"
         "print(','.join(bad))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == ""
 
 

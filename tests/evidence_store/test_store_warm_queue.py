@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 from evidence_store import warm_queue
 from evidence_store.engine import session_scope
 from evidence_store.errors import LeaseLost
-from tests.conftest import EXAMPLES, canary_cmd
+from tests.support.paths import EXAMPLES, canary_cmd
 
 NOW = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.UTC)
 PAIRS = [{"device": "h100", "candidate": f"c{i}.yaml"} for i in range(3)]

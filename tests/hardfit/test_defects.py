@@ -23,8 +23,8 @@ from canary.hardfit import check, parse_regime
 from canary.policy import load_policy
 from canary.profile import KernelSpec, MemoryEnvelope, SharingModes, WorkloadProfile
 from canary.snapshot import DeviceSnapshot, MigState, MpsState, Resident
-from tests.backends.fake_nvml import FREE, MIB, TOTAL, FakeNvml
-from tests.conftest import canary_cmd, cli_env
+from tests.support.fake_nvml import FREE, MIB, TOTAL, FakeNvml
+from tests.support.paths import canary_cmd, cli_env
 
 GiB = 1 << 30
 POLICY = load_policy("default")

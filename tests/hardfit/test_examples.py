@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from canary.admission import fit, load_request
-from tests.conftest import EXAMPLES, canary_cmd, cli_env
+from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 
 CASES = [
     # snapshot, candidate, regime, hard fit, verdict, limiting resource

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,15 +20,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from canary.jobs.recover import kill_orphan, recover
+from canary.jobs.recover import RecoverReport, kill_orphan, recover, recover_store
 from canary.probe.procs import group_alive
 from evidence_store.engine import make_engine, session_scope, upgrade
 from evidence_store.keys import PairKey
 from evidence_store.repository import journal_get, journal_start
-from tests.probe.helpers import free_port
+from tests.support.helpers import free_port
+from tests.support.subprocesses import HANG_S, Child
 
-DRIVER = Path(__file__).resolve().parent / "crash_driver.py"
 ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "tests" / "support" / "crash_driver.py"
 KEY = PairKey("r1", "any", "c1", "any", "h100-sxm", "timeslice")
 
 
@@ -70,27 +72,23 @@ def _start_row(engine: Engine, probe_id: str, pgid: int, *, lease_s: float, now:
         )
 
 
-def test_crash_mid_probe_then_recover_kills_the_orphan_and_aborts(store: tuple[str, Engine]) -> None:
+@pytest.mark.slow
+def test_crash_mid_probe_then_recover_kills_the_orphan_and_aborts(
+    store: tuple[str, Engine], tmp_path: Path
+) -> None:
     url, engine = store
     port = free_port()
-    driver = subprocess.Popen(
-        [sys.executable, str(DRIVER), url, "crash-1", str(port)],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
-    )
-    try:
-        assert driver.stdout is not None
-        line = driver.stdout.readline().decode().strip()
+    with Child(
+        [sys.executable, str(DRIVER), url, "crash-1", str(port)], stderr_path=tmp_path / "driver.stderr", cwd=ROOT
+    ) as driver:
+        line = driver.line()
         assert line.startswith("PROBING "), line
         pgid = int(line.split()[1])
         with session_scope(engine, read_only=True) as session:
             row = journal_get(session, "crash-1")
         assert row is not None and row.state == "running" and row.pgid == pgid
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
+        os.kill(driver.proc.pid, signal.SIGKILL)
+        driver.wait()
     time.sleep(0.2)
     assert group_alive(pgid)  # the canary outlived its prober: an orphan on the device
 
@@ -98,8 +96,7 @@ def test_crash_mid_probe_then_recover_kills_the_orphan_and_aborts(store: tuple[s
     with session_scope(engine) as session:
         assert recover(session, now=row.started_at).aborted == 0
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
-    with session_scope(engine) as session:
-        report = recover(session, now=later, term_grace_s=0.5)
+    report = recover_store(engine, now=later, term_grace_s=0.5)
     assert [p.probe_id for p in report.probes] == ["crash-1"]
     assert report.probes[0].action == "killed"
     assert not group_alive(pgid)
@@ -130,8 +127,7 @@ def test_recover_table_of_orphans(store: tuple[str, Engine]) -> None:
         _start_row(engine, "p-gone", gone.pid, lease_s=1, now=past)
         _start_row(engine, "p-sim", 0, lease_s=1, now=past)
         _start_row(engine, "p-fresh", ours.pid, lease_s=3600, now=dt.datetime.now(dt.UTC))
-        with session_scope(engine) as session:
-            report = recover(session, now=dt.datetime.now(dt.UTC), term_grace_s=0.3)
+        report = recover_store(engine, now=dt.datetime.now(dt.UTC), term_grace_s=0.3)
         actions = {p.probe_id: p.action for p in report.probes}
         assert actions == {
             "p-ours": "killed",
@@ -139,7 +135,7 @@ def test_recover_table_of_orphans(store: tuple[str, Engine]) -> None:
             "p-gone": "already-gone",
             "p-sim": "no-process",
         }
-        assert ours.wait(timeout=5) == -signal.SIGKILL  # it ignored SIGTERM
+        assert ours.wait(timeout=60) == -signal.SIGKILL  # it ignored SIGTERM
         assert foreign.poll() is None  # never touched
         assert report.failed == ()
         with session_scope(engine, read_only=True) as session:
@@ -165,6 +161,7 @@ def test_kill_false_reports_a_running_orphan_without_killing_it() -> None:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_recover_command_reports_json(store: tuple[str, Engine], tmp_path: Path) -> None:
     """``canary recover --json`` over the same store: the orphan is killed and listed."""
     import json
@@ -187,8 +184,56 @@ def test_recover_command_reports_json(store: tuple[str, Engine], tmp_path: Path)
         assert out.returncode == 0, out.stderr
         listed = json.loads(out.stdout)
         assert [(p["probe_id"], p["action"]) for p in listed] == [("p-cli", "killed")]
-        assert orphan.wait(timeout=5) == -signal.SIGKILL
+        assert orphan.wait(timeout=60) == -signal.SIGKILL
     finally:
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
+
+
+def test_recovery_kills_with_no_store_transaction_open(store: tuple[str, Engine], tmp_path: Path) -> None:
+    """While recovery waits out an orphan's SIGTERM grace, other probers can still write (heartbeats,
+    journal rows): the kill happens between a read and one short write, never inside a transaction."""
+    _, engine = store
+    marker = tmp_path / "got-sigterm"
+    code = (
+        "import pathlib, signal, sys, time\n"
+        "marker = pathlib.Path(sys.argv[1])\n"
+        "signal.signal(signal.SIGTERM, lambda *_: marker.write_text('term'))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = dict(os.environ, CANARY_PROBE_ID="p-slow")
+    with Child(
+        [sys.executable, "-c", code, str(marker)],
+        stderr_path=tmp_path / "orphan.stderr",
+        env=env,
+        start_new_session=True,
+    ) as orphan:
+        assert orphan.line() == "ready"
+        past = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        _start_row(engine, "p-slow", orphan.proc.pid, lease_s=1, now=past)
+        reports: list[object] = []
+        recovery = threading.Thread(
+            target=lambda: reports.append(recover_store(engine, now=dt.datetime.now(dt.UTC), term_grace_s=HANG_S))
+        )
+        recovery.start()
+        try:
+            deadline = time.monotonic() + HANG_S
+            while not marker.exists():
+                assert time.monotonic() < deadline, "recovery never sent SIGTERM"
+                time.sleep(0.02)
+            # Recovery is now waiting for the orphan to go: another writer gets the store at once.
+            _start_row(engine, "p-other", 0, lease_s=3600, now=dt.datetime.now(dt.UTC))
+            assert recovery.is_alive()
+        finally:
+            orphan.proc.kill()  # ends the grace: the orphan is gone
+            recovery.join(HANG_S)
+    assert not recovery.is_alive()
+    (report,) = reports
+    assert isinstance(report, RecoverReport)
+    assert [(p.probe_id, p.action) for p in report.probes] == [("p-slow", "killed")]
+    with session_scope(engine, read_only=True) as session:
+        slow, other = journal_get(session, "p-slow"), journal_get(session, "p-other")
+    assert slow is not None and slow.state == "aborted"
+    assert other is not None and other.state == "running"

@@ -6,7 +6,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.conftest import EXAMPLES, canary_cmd, cli_env
+import pytest
+
+from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 
 PLAN = str(EXAMPLES / "plans" / "nightly-h100.yaml")
 
@@ -15,6 +17,7 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*canary_cmd(), *args], capture_output=True, text=True, env=cli_env(tmp_path), timeout=180)
 
 
+@pytest.mark.slow
 def test_warm_probes_then_resumes_from_fresh_evidence(tmp_path: Path) -> None:
     first = _run(tmp_path, "warm", PLAN, "--json")
     assert first.returncode == 0, first.stderr
@@ -32,6 +35,7 @@ def test_warm_budget_exhaustion_skips_instead_of_overrunning(tmp_path: Path) -> 
     assert any(p["status"] == "skipped-budget" for p in report["pairs"])
 
 
+@pytest.mark.slow
 def test_revalidate_marks_stale_and_reports_drift(tmp_path: Path) -> None:
     assert _run(tmp_path, "warm", PLAN).returncode == 0
     proc = _run(tmp_path, "revalidate", "--driver", "590.10.01", "--plan", PLAN, "--json")

@@ -141,13 +141,14 @@ def test_sizes_with_units_equal_bytes() -> None:
         ("48kB", 48000),
         ("100B", 100),
         ("0", 0),
+        ("1.5KiB", 1536),
     ],
 )
 def test_parse_size_bytes(text: str, expected: int) -> None:
     assert parse_size_bytes(text, "--lds") == expected
 
 
-@pytest.mark.parametrize("text", ["48KB", "1MB", "-5", "1.5KiB", "48GiB", "KiB", ""])
+@pytest.mark.parametrize("text", ["48KB", "1MB", "-5", "1.3KiB", "48GiB", "KiB", "", "48KiB extra"])
 def test_parse_size_bytes_refuses(text: str) -> None:
     with pytest.raises(InputError) as info:
         parse_size_bytes(text, "--lds")

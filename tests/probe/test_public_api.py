@@ -17,6 +17,6 @@ def test_all_is_sorted_and_resolves() -> None:
 def test_importing_the_package_does_not_load_the_orchestrator_or_http() -> None:
     code = "import sys, canary.probe; print(sorted(m for m in ('httpx', 'canary.probe.orchestrator') if m in sys.modules))"
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout.strip()
     assert out == "[]"

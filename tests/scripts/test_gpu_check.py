@@ -50,7 +50,7 @@ def test_script_is_executable() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# A dry run of the GPU path on recorded library returns (tests/backends/fake_cuda.py and fake_nvml.py
+# A dry run of the GPU path on recorded library returns (tests/support/fake_cuda.py and fake_nvml.py
 # in cuda-python's and pynvml's shapes), with real nvcc and cuobjdump: every step must produce rows
 # without raising. The numbers are the fakes', not a GPU's; docs/gpu-validation.md holds real ones.
 
@@ -60,8 +60,8 @@ import sys  # noqa: E402
 from types import ModuleType  # noqa: E402
 from typing import Any  # noqa: E402
 
-from tests.backends.fake_cuda import FakeCudaDriverWithModules  # noqa: E402
-from tests.backends.fake_nvml import FakeNvml  # noqa: E402
+from tests.support.fake_cuda import FakeCudaDriverWithModules  # noqa: E402
+from tests.support.fake_nvml import FakeNvml  # noqa: E402
 
 
 def _load_script() -> ModuleType:
@@ -90,6 +90,7 @@ def recorded_gpu(monkeypatch: pytest.MonkeyPatch, cubin_cache: dict[str, Path]) 
     return script
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["snapshot", "occupancy", "corun", "hardfit"])
 def test_gpu_steps_dry_run(recorded_gpu: Any, step: str) -> None:
     rows = recorded_gpu.STEP_FUNCTIONS[step](0)

@@ -173,7 +173,7 @@ def test_resident_without_profile_or_memory_cannot_be_guessed(v100: DeviceSpec) 
 def test_import_is_light() -> None:
     """``import canary.sim`` loads neither numpy nor the engine until a name is used."""
     code = "import sys, canary.sim; print('numpy' in sys.modules, 'canary.sim.engine' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["False", "False"]
 
 
@@ -203,7 +203,7 @@ def test_snapshot_mig_instances_keep_their_start_slice() -> None:
     """A snapshot names an existing instance as PROFILE@START; the simulator places it exactly there."""
     from canary.backends import resolve_device
     from canary.sim.device import SimPlacementError
-    from tests.conftest import EXAMPLES
+    from tests.support.paths import EXAMPLES
 
     dev = resolve_device(str(EXAMPLES / "snapshots" / "d-mig-no-placement.yaml"))
     sim = SimDevice.from_snapshot(dev.snapshot, dev.spec, seed=0, regime="mig:1g.10gb")

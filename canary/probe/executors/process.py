@@ -21,7 +21,6 @@ and verifies that no process of the group is left.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from anyio.abc import TaskStatus
 
 from canary.errors import ProbeError
 from canary.probe.interfaces import CandidateProcess, ExposureGate, RollbackReport
-from canary.probe.procs import group_alive, signal_group
+from canary.probe.procs import group_alive, terminate_group
 from canary.profile import WorkloadProfile
 
 # Runs in the new session: lower priority, wait for the go byte, then become the command.
@@ -196,15 +195,16 @@ class ProcessExecutor:
             return RollbackReport(True, "no candidate process was started")
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()  # an unreleased launcher reads EOF and exits without starting
-        killed = False
-        pgid = self.pgid
-        if group_alive(pgid):
-            signal_group(pgid, signal.SIGTERM)
-            await self._wait_group_gone(self.term_grace_s)
-        if group_alive(pgid):
-            killed = True
-            signal_group(pgid, signal.SIGKILL)
-            await self._wait_group_gone(self.kill_wait_s)
+        pgid, proc = self.pgid, self.proc
+
+        def alive() -> bool:
+            proc.poll()  # reap the leader, else its zombie keeps the group alive
+            return group_alive(pgid)
+
+        ended = await terminate_group(
+            pgid, alive=alive, term_grace_s=self.term_grace_s, kill_wait_s=self.kill_wait_s
+        )
+        killed = ended.killed
         self.proc.poll()
         gone = not group_alive(pgid)
         if self._log is not None and gone:
@@ -216,12 +216,3 @@ class ProcessExecutor:
                 True, f"process group {pgid} gone ({how}); exit code {self.proc.returncode}", killed=killed
             )
         return RollbackReport(False, f"process group {pgid} still has processes after {how}", killed=killed)
-
-    async def _wait_group_gone(self, timeout_s: float) -> None:
-        assert self.proc is not None and self.pgid is not None
-        with anyio.move_on_after(timeout_s):
-            while True:
-                self.proc.poll()  # reap the leader, else its zombie keeps the group alive
-                if not group_alive(self.pgid):
-                    return
-                await anyio.sleep(0.02)

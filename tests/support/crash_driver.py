@@ -1,6 +1,6 @@
 """A prober that gets killed: runs one probe with the process executor and a store journal.
 
-    python tests/jobs/crash_driver.py DB_URL PROBE_ID PORT
+    python tests/support/crash_driver.py DB_URL PROBE_ID PORT
 
 Prints ``PROBING <pgid>`` once the candidate runs, then keeps probing (long windows) until killed.
 """
@@ -19,8 +19,8 @@ from canary.probe.executors.process import ProcessExecutor
 from canary.probe.orchestrator import ProbeProgress, run_probe
 from evidence_store.engine import make_engine
 from evidence_store.journal import StoreJournal
-from tests.probe.doubles import Bench, FakeMonitor
-from tests.probe.helpers import candidate_profile
+from tests.support.doubles import Bench, FakeMonitor
+from tests.support.helpers import candidate_profile
 
 KEY = {
     "resident_version": "r1",

@@ -8,7 +8,7 @@ keeps ``--burners`` child processes spinning on the device in ``--burner-slice-m
 spends ``--work-ms + --burn-ms`` per request). ``/metrics`` exports the request latency as a
 Prometheus histogram (seconds), as serving stacks do.
 
-    python tests/probe/servers.py --port P [--work-ms 2] [--burn-ms 0] [--burners 0]
+    python tests/support/servers.py --port P [--work-ms 2] [--burn-ms 0] [--burners 0]
         [--device-lock FILE] [--burner-slice-ms 5] [--ignore-sigterm] [--ready-delay S] [--nice N]
 """
 

@@ -1,0 +1,443 @@
+"""Service benchmark: cached admissions over HTTP against the no-op ceiling, a probe storm, a crash.
+
+    python benchmarks/serve.py                               # SQLite and PostgreSQL, 1/16/64 clients
+    python benchmarks/serve.py --backends sqlite --seconds 2 # a quick run
+
+The server is a real ``canary serve`` subprocess on a loopback port; this process is the load
+generator (closed loop: each of N clients sends its next request when the last one is answered). For
+each backend, in the same run and against the same server:
+
+* ``noop``: ``GET /v1/noop`` (authentication, routing, JSON) — the ceiling for this server;
+* ``admit-value``: ``POST /v1/admissions`` answered from evidence, profile and snapshot sent by value;
+* ``admit-ref``: the same with registry references (``name@version``), as a scheduler sends them;
+
+at 1, 16 and 64 clients: throughput, p50, p99, and the server processes that served them. Goals on
+PostgreSQL: one client p50 ≤ 3 ms and p99 ≤ 6 ms; 16 clients ≥ 25% of the no-op throughput with
+p99 ≤ 3 × p50. Cached admissions are sent with ``reserve: false`` (decide, do not book): booking
+200,000 times would fill the device, and the booking write is measured by the storm's admissions.
+
+Then, where the time of one cached admission goes (in this process, against the same store):
+request validation and resolution, stage 1 + evidence lookup (``pairs_to_probe``), the decision
+(``admit_async`` without a probe: stage 1, lookups), and serialising the certificate.
+
+Then a storm: 200 concurrent admissions over 10 unseen pairs on 4 simulated devices, served by 2
+worker processes → the store must record exactly 10 probes, never two running on one device at
+once, and every request gets its pair's certificate. Then a crash: a server is killed (SIGKILL)
+mid-probe, a new one starts, and the probe must be found aborted with a reason, its waiter having
+got a connection error rather than a hang.
+
+Probes run on the simulator (paced with ``--sim-time-scale``); the numbers are this machine's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import anyio  # noqa: E402
+import httpx  # noqa: E402
+
+ROOT = _HERE.parent
+EX = ROOT / "examples"
+CANARY = [str(Path(sys.executable).parent / "canary")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, db: str, log: Path, *args: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ)
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen([*CANARY, "--db", db, "serve", "--port", str(self.port), *args],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"canary serve exited: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.base}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise SystemExit("canary serve did not start within 60 s")
+
+    def processes(self) -> int:
+        """Processes that serve requests: uvicorn's workers, or the server itself when it has none."""
+        children = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.proc.pid:
+                try:
+                    cmdline = (stat.parent / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"resource_tracker" not in cmdline:  # multiprocessing's helper serves nothing
+                    children += 1
+        return children or 1
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def make_store(backend: str, tmp: Path) -> tuple[str, Any]:
+    from evidence_store.engine import upgrade
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp / 'bench.sqlite3'}"
+        upgrade(url)
+        return url, lambda: None
+    import psycopg
+
+    name = f"canary_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    url = f"postgresql://postgres@127.0.0.1:5432/{name}"
+    upgrade(url)
+    return url, drop
+
+
+def token(url: str, *scopes: str) -> str:
+    from evidence_store import tokens
+    from evidence_store.engine import make_engine, session_scope
+
+    engine = make_engine(url)
+    with session_scope(engine) as s:
+        secret, _ = tokens.create(s, name="bench", scopes=scopes, now=dt.datetime.now(dt.UTC))
+    engine.dispose()
+    return secret
+
+
+def docs() -> tuple[dict[str, Any], dict[str, Any]]:
+    from canary.profile import load_profile
+    from canary.snapshot import load_snapshot
+
+    return (load_profile(EX / "profiles" / "embedding-service.yaml").model_dump(mode="json"),
+            load_snapshot(EX / "snapshots" / "g-nccl-mps-room.yaml").model_dump(mode="json"))
+
+
+@dataclass
+class Series:
+    backend: str
+    endpoint: str
+    clients: int
+    workers: int
+    requests: int
+    throughput_rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def closed_loop(base: str, auth: str, method: str, path: str, body: Any, clients: int, seconds: float) -> tuple[
+        list[float], int]:
+    latencies: list[float] = []
+    errors = 0
+
+    async def main() -> None:
+        nonlocal errors
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(base_url=base, timeout=30.0, limits=limits,
+                                     headers={"Authorization": f"Bearer {auth}"}) as client:
+            content = None if body is None else json.dumps(body).encode()
+            headers = {"content-type": "application/json"} if body is not None else {}
+            warm_until = anyio.current_time() + min(1.0, seconds / 4)
+            stop = warm_until + seconds
+
+            async def worker() -> None:
+                nonlocal errors
+                while True:
+                    t0 = time.perf_counter()
+                    r = await client.request(method, path, content=content, headers=headers)
+                    t1 = time.perf_counter()
+                    now = anyio.current_time()
+                    if now > stop:
+                        return
+                    if r.status_code != 200:
+                        errors += 1
+                    elif now > warm_until:
+                        latencies.append(t1 - t0)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(clients):
+                    tg.start_soon(worker)
+
+    anyio.run(main)
+    return latencies, errors
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def probe_to_end(c: httpx.Client, r: httpx.Response) -> dict[str, Any]:
+    while True:
+        status: dict[str, Any] = r.json()
+        if status.get("state") not in ("queued", "running"):
+            return status
+        r = c.get(f"/v1/probes/{status['id']}", params={"wait": "30s"})
+
+
+def run_http(backend: str, url: str, tmp: Path, args: argparse.Namespace) -> list[Series]:
+    profile, snapshot = docs()
+    secret = token(url, "admin")
+    out: list[Series] = []
+    for workers in args.workers:
+        server = Server(url, tmp / f"server-{backend}-{workers}.log", "--workers", str(workers))
+        try:
+            with httpx.Client(base_url=server.base, timeout=60, headers={"Authorization": f"Bearer {secret}"}) as c:
+                body = {"device": snapshot, "candidate": profile}
+                status = probe_to_end(c, c.post("/v1/admissions", json=body))
+                assert status.get("state", "done") == "done", status
+                c.post("/v1/profiles", json={"document": profile}).raise_for_status()
+                c.post("/v1/snapshots", json={"document": snapshot, "name": "bench-node", "version": "1"}).raise_for_status()
+                by_value = {"device": snapshot, "candidate": profile, "reserve": False}
+                by_ref = {"device": "bench-node@1", "candidate": f"{profile['name']}@{profile['version']}",
+                          "reserve": False}
+                for b in (by_value, by_ref):
+                    cert = c.post("/v1/admissions", json=b).json()
+                    assert cert["decided_by"] == "cache", cert
+            served = server.processes()
+            for clients in args.clients:
+                for endpoint, method, path, body in (("noop", "GET", "/v1/noop", None),
+                                                     ("admit-value", "POST", "/v1/admissions", by_value),
+                                                     ("admit-ref", "POST", "/v1/admissions", by_ref)):
+                    lat, errors = closed_loop(server.base, secret, method, path, body, clients, args.seconds)
+                    s = Series(backend, endpoint, clients, served, len(lat), len(lat) / args.seconds,
+                               pct(lat, 0.5), pct(lat, 0.99), errors)
+                    out.append(s)
+                    print(f"  {backend:10} {endpoint:12} clients {clients:3}  workers {served}  "
+                          f"{s.throughput_rps:8.0f} req/s  p50 {s.p50_ms:6.2f} ms  p99 {s.p99_ms:6.2f} ms"
+                          f"{f'  errors {errors}' if errors else ''}", flush=True)
+        finally:
+            server.stop()
+    return out
+
+
+def breakdown(url: str, n: int) -> dict[str, float]:
+    """Median microseconds of each step of one cached admission, run in this process: the steps the
+    service runs, and (separately) the store reads and the pure stage 1 inside the decision."""
+    from canary.admission import EvidenceAccess, admit_async, hard_fit
+    from canary.serve.app import _defer, _run_sync
+    from canary.serve.resolve import resolve
+    from canary.serve.schemas import AdmissionRequest
+    from evidence_store.engine import open_store
+
+    profile, snapshot = docs()
+    engine = open_store(url)
+    access = EvidenceAccess(url)
+    access._engine, access.present = engine, True
+    raw = json.dumps({"device": snapshot, "candidate": profile, "reserve": False}).encode()
+    names = ("parse + validate the body", "resolve (profiles, snapshot, policy)",
+             "decision: admit_async (all below + closing transaction)", "  store: reserved bytes (1 read)",
+             "  stage 1: hard fit (pure)", "  store: evidence lookup (1 read per resident)", "certificate to JSON")
+    steps: dict[str, list[float]] = {k: [] for k in names}
+    now = dt.datetime.now(dt.UTC)
+    for _ in range(n):
+        t = [time.perf_counter()]
+        body = AdmissionRequest.model_validate_json(raw)
+        t.append(time.perf_counter())
+        req = resolve(body, lambda *a: None, default_policy="default").request
+        t.append(time.perf_counter())
+        cert = _run_sync(admit_async(req, engine=engine, probe=True, reserve=False, defer_probe=_defer))
+        t.append(time.perf_counter())
+        reserved = access.reserved_bytes(req.device_id, now)
+        t.append(time.perf_counter())
+        hard_fit(req, reserved_bytes_by_others=reserved)
+        t.append(time.perf_counter())
+        for resident in req.snapshot.residents:
+            access.lookup(req, resident, now)
+        t.append(time.perf_counter())
+        cert.to_json()
+        t.append(time.perf_counter())
+        assert cert.decided_by == "cache", cert.decided_by
+        for i, name in enumerate(names):
+            steps[name].append(t[i + 1] - t[i])
+    engine.dispose()
+    return {k: statistics.median(v) * 1e6 for k, v in steps.items()}
+
+
+async def get_again(client: httpx.AsyncClient, path: str) -> httpx.Response:
+    """A long-poll GET, retried once when a pooled connection was closed under it (idempotent)."""
+    try:
+        return await client.get(path, params={"wait": "30s"})
+    except (httpx.RemoteProtocolError, httpx.ReadError):
+        return await client.get(path, params={"wait": "30s"})
+
+
+def storm(url: str, tmp: Path, scale: float) -> dict[str, Any]:
+    from sqlalchemy import select
+
+    from evidence_store.engine import make_engine, session_scope
+    from evidence_store.serve_models import ServeProbe
+
+    profile, snapshot = docs()
+    secret = token(url, "admit")
+    run = uuid.uuid4().hex[:6]
+    cands = [profile | {"version": f"storm-{run}-{i}"} for i in range(10)]
+    devices = [snapshot | {"uuid": f"GPU-storm-{run}-{d}"} for d in range(4)]
+    bodies = [{"device": devices[(j // 10) % 4], "candidate": cands[j % 10], "reserve": False} for j in range(200)]
+    server = Server(url, tmp / "storm.log", "--workers", "2", "--sim-time-scale", str(scale))
+    answers: list[dict[str, Any]] = [{} for _ in bodies]
+    t0 = time.perf_counter()
+    try:
+        async def main() -> None:
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+            async with httpx.AsyncClient(base_url=server.base, timeout=120, limits=limits,
+                                         headers={"Authorization": f"Bearer {secret}"}) as client:
+                async def one(j: int) -> None:
+                    r = await client.post("/v1/admissions", json=bodies[j])
+                    while r.status_code == 202 or r.json().get("state") in ("queued", "running"):
+                        r = await get_again(client, f"/v1/probes/{r.json()['id']}")
+                    got = r.json()
+                    answers[j] = got.get("certificate") or got
+
+                async with anyio.create_task_group() as tg:
+                    for j in range(len(bodies)):
+                        tg.start_soon(one, j)
+
+        anyio.run(main)
+    finally:
+        server.stop()
+    wall = time.perf_counter() - t0
+    engine = make_engine(url)
+    with session_scope(engine, read_only=True) as s:
+        probes = [p for p in s.scalars(select(ServeProbe)).all()
+                  if p.request_json["candidate"]["version"].startswith(f"storm-{run}")]
+    engine.dispose()
+    overlaps = 0
+    by_device: dict[str, list[Any]] = {}
+    for p in probes:
+        by_device.setdefault(p.device_id, []).append((p.started_at, p.finished_at))
+    for spans in by_device.values():
+        spans.sort()
+        overlaps += sum(1 for (_, end), (start, _) in itertools.pairwise(spans) if end > start)
+    right = sum(1 for b, a in zip(bodies, answers, strict=True) if a.get("workload_version") == b["candidate"]["version"])
+    return {"requests": len(bodies), "pairs": 10, "devices": 4, "probes_recorded": len(probes),
+            "probes_done": sum(1 for p in probes if p.state == "done"), "device_overlaps": overlaps,
+            "answered_with_their_pairs_certificate": right, "wall_s": round(wall, 2),
+            "coalesced_waiters": sum(p.waiters for p in probes) - len(probes)}
+
+
+def crash(url: str, tmp: Path) -> dict[str, Any]:
+    profile, snapshot = docs()
+    secret = token(url, "admit")
+    first = Server(url, tmp / "crash-1.log", "--sim-time-scale", "1")
+    body = {"device": snapshot | {"uuid": f"GPU-crash-{uuid.uuid4().hex[:6]}"},
+            "candidate": profile | {"version": f"crash-{uuid.uuid4().hex[:6]}"}}
+    h = {"Authorization": f"Bearer {secret}"}
+    with httpx.Client(base_url=first.base, timeout=30, headers=h) as c:
+        r = c.post("/v1/admissions", json=body)
+        probe_id = r.json()["id"]
+        while c.get(f"/v1/probes/{probe_id}", params={"wait": "100ms"}).json()["state"] == "queued":
+            pass
+    waiter: dict[str, Any] = {}
+
+    def wait() -> None:
+        t = time.perf_counter()
+        try:
+            with httpx.Client(base_url=first.base, timeout=60, headers=h) as w:
+                waiter["answer"] = w.get(f"/v1/probes/{probe_id}", params={"wait": "60s"}).status_code
+        except httpx.HTTPError as exc:
+            waiter["error"] = type(exc).__name__
+        waiter["seconds_after_kill"] = round(time.perf_counter() - t, 2)
+
+    th = threading.Thread(target=wait)
+    th.start()
+    time.sleep(0.5)
+    first.kill()
+    th.join(timeout=60)
+    t_restart = time.perf_counter()
+    second = Server(url, tmp / "crash-2.log")
+    try:
+        with httpx.Client(base_url=second.base, timeout=60, headers=h) as c:
+            status = c.get(f"/v1/probes/{probe_id}", params={"wait": "30s"}).json()
+        ready_s = time.perf_counter() - t_restart
+    finally:
+        second.stop()
+    return {"probe_state_after_restart": status["state"], "error": status["error"],
+            "restart_to_answer_s": round(ready_s, 2), "waiter": waiter}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--clients", default="1,16,64")
+    parser.add_argument("--workers", default="1,2", help="server worker processes to measure (comma-separated)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per series")
+    parser.add_argument("--breakdown", type=int, default=300, help="cached admissions timed step by step")
+    parser.add_argument("--sim-time-scale", type=float, default=0.01, help="pacing of the storm's simulated probes")
+    parser.add_argument("--out", default="bench-out/serve.json")
+    args = parser.parse_args(argv)
+    args.clients = [int(c) for c in args.clients.split(",")]
+    args.workers = [int(w) for w in args.workers.split(",")]
+    report: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "series": [], "breakdown_us": {}, "storm": {},
+                              "crash": {}}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for backend in args.backends.split(","):
+            url, drop = make_store(backend, tmp)
+            try:
+                print(f"{backend}:", flush=True)
+                report["series"] += [asdict(s) for s in run_http(backend, url, tmp, args)]
+                report["breakdown_us"][backend] = breakdown(url, args.breakdown)
+                for step, us in report["breakdown_us"][backend].items():
+                    print(f"  {backend:10} {step:58} {us:8.0f} µs", flush=True)
+                report["storm"][backend] = storm(url, tmp, args.sim_time_scale)
+                print(f"  {backend:10} storm {report['storm'][backend]}", flush=True)
+                report["crash"][backend] = crash(url, tmp)
+                print(f"  {backend:10} crash {report['crash'][backend]}", flush=True)
+            finally:
+                drop()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""``canary serve``: the admission service (HTTP /v1, scheduler extender, /metrics);
+``canary tokens create|list|revoke``: its bearer tokens (stored hashed, shown once)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from canary.errors import EXIT_ADMIT
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the admission service (HTTP API, scheduler extender, metrics)",
+                       description="Run the admission service. Listens on 127.0.0.1 unless told otherwise; "
+                       "requires bearer tokens (canary tokens create) unless --no-auth on loopback. "
+                       "See docs/serve.md.")
+    p.add_argument("--config", metavar="FILE", help="serve configuration (YAML/JSON; see docs/serve.md); "
+                   "the options below override it")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8765)")
+    p.add_argument("--workers", type=int, help="server processes (default 1)")
+    p.add_argument("--no-auth", action="store_true", help="serve without tokens (loopback addresses only)")
+    p.add_argument("--tls-cert", metavar="FILE", help="TLS certificate (PEM); with --tls-key")
+    p.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
+    p.add_argument("--tls-ca", metavar="FILE", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--sim-time-scale", type=float, metavar="X",
+                   help="wall seconds per simulated second a simulated probe holds its device (0..1)")
+    p.add_argument("--node", action="append", default=[], metavar="NODE=DEVICE[,DEVICE…]",
+                   help="a Kubernetes node's devices for the extender (snapshot files, name@version, catalog names)")
+    p.add_argument("--openapi", action="store_true", help="print the OpenAPI document and exit (docs/openapi.json)")
+    p.set_defaults(handler=run_serve)
+
+    t = sub.add_parser("tokens", help="bearer tokens of canary serve: create, list, revoke",
+                       description="Tokens are stored as scrypt hashes; a new token is printed once.")
+    ts = t.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
+    c = ts.add_parser("create", help="create a token and print it (once)")
+    c.add_argument("--name", required=True, help="who or what uses it")
+    c.add_argument("--scope", action="append", required=True,
+                   help="read, fit, admit, feedback or admin (repeatable; admin implies all)")
+    c.add_argument("--expires-in-days", type=float, help="expiry (default: never)")
+    c.set_defaults(handler=run_token_create)
+    ls = ts.add_parser("list", help="tokens (ids, names, scopes; never secrets)")
+    ls.set_defaults(handler=run_token_list)
+    rv = ts.add_parser("revoke", help="revoke a token (it stops working within the servers' token cache time)")
+    rv.add_argument("id")
+    rv.set_defaults(handler=run_token_revoke)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from canary.errors import InputError
+    from canary.serve.config import ServeConfig, load_config
+
+    base = load_config(args.config) if args.config else ServeConfig()
+    changes: dict[str, Any] = {}
+    for opt, field in (("host", "host"), ("port", "port"), ("workers", "workers"), ("tls_cert", "tls_certfile"),
+                       ("tls_key", "tls_keyfile"), ("tls_ca", "tls_ca_certs"), ("sim_time_scale", "sim_time_scale")):
+        value = getattr(args, opt)
+        if value is not None:
+            changes[field] = value
+    if args.no_auth:
+        changes["auth"] = "none"
+        changes["extender_auth"] = "none"
+    if args.db:
+        changes["db_url"] = args.db
+    if args.node:
+        nodes = dict(base.nodes)
+        for spec in args.node:
+            name, sep, devices = spec.partition("=")
+            if not sep or not name or not devices:
+                raise InputError(f"expected NODE=DEVICE[,DEVICE…], got {spec!r}", field="--node")
+            nodes[name] = tuple(d for d in devices.split(",") if d)
+        changes["nodes"] = nodes
+    from pydantic import ValidationError
+
+    from canary._model import validation_to_input_error
+
+    try:
+        return ServeConfig.model_validate(base.model_dump() | changes)
+    except ValidationError as exc:
+        raise validation_to_input_error(exc, args.config or "serve options") from None
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from canary.admission import open_store_for_writing
+    from canary.serve.main import run
+
+    config = build_config(args)
+    if args.openapi:
+        from canary.serve.app import openapi_document
+
+        sys.stdout.write(openapi_document(config) + "\n")
+        return EXIT_ADMIT
+    # Fail here, with exit 4 and one line, when the store is unreachable or not migrated — not in a worker.
+    open_store_for_writing(config.db_url, announce=lambda m: sys.stderr.write(f"canary: {m}\n")).dispose()
+    scheme = "https" if config.tls else "http"
+    sys.stderr.write(f"canary: serving on {scheme}://{config.host}:{config.port} ({config.workers} worker(s), "
+                     f"auth {config.auth})\n")
+    run(config, log_level="info" if args.verbose else "warning", access_log=bool(args.verbose))
+    return EXIT_ADMIT
+
+
+def run_token_create(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from canary.admission import open_store_for_writing
+    from evidence_store import tokens
+    from evidence_store.engine import session_scope
+
+    now = dt.datetime.now(dt.UTC)
+    expires = None if args.expires_in_days is None else now + dt.timedelta(days=args.expires_in_days)
+    tokens.parse_scopes(args.scope)  # validate before touching the store
+    engine = open_store_for_writing(args.db)
+    try:
+        with session_scope(engine) as session:
+            secret, info = tokens.create(session, name=args.name, scopes=args.scope, now=now, expires_at=expires)
+    finally:
+        engine.dispose()
+    sys.stderr.write(f"canary: token {info.id} ({info.name}; scopes {', '.join(sorted(info.scopes))}) — shown once, "
+                     "store it now\n")
+    sys.stdout.write(secret + "\n")
+    return EXIT_ADMIT
+
+
+def run_token_list(args: argparse.Namespace) -> int:
+    from evidence_store import tokens
+    from evidence_store.cli_support import store, table, utc_now
+    from evidence_store.engine import session_scope
+
+    now = utc_now()
+    with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        infos = tokens.list_tokens(session)
+    rows = [[i.id, i.name, ",".join(sorted(i.scopes)), i.created_at.isoformat(timespec="seconds"),
+             "revoked" if i.revoked_at else ("expired" if not i.active_at(now) else "active")] for i in infos]
+    sys.stdout.write(table(["id", "name", "scopes", "created", "state"], rows) + "\n" if rows else "no tokens\n")
+    return EXIT_ADMIT
+
+
+def run_token_revoke(args: argparse.Namespace) -> int:
+    from evidence_store import tokens
+    from evidence_store.cli_support import store, utc_now
+    from evidence_store.engine import session_scope
+
+    with store(args.db) as engine, session_scope(engine) as session:
+        info = tokens.revoke(session, args.id, now=utc_now())
+    sys.stdout.write(f"revoked token {info.id} ({info.name})\n")
+    return EXIT_ADMIT

@@ -1,0 +1,110 @@
+"""The CLI's side of the service: ``canary fit/admit --server URL`` (or ``$CANARY_SERVER``).
+
+Files named on the command line are read here, on the caller's machine, and sent by value (a snapshot
+file with its residents' profiles, a live device read locally); a ``name@version`` that is not a file
+is sent as a registry reference. A 202 is followed by long-polling ``/v1/probes/{id}`` until the probe
+is final. HTTP errors become the CLI's exit codes: 422 → 2 (bad input), 401/403 → 2 (the token),
+anything else or no answer → 4.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from canary.certificate import Certificate
+from canary.errors import InputError, OperationalError
+
+POLL_WAIT = "30s"
+
+
+def _profile_arg(ref: str) -> Any:
+    from canary.profile import load_profile
+
+    if "@" in ref and not Path(ref).exists():
+        return ref
+    return load_profile(ref).model_dump(mode="json")
+
+
+def _device_arg(ref: str) -> Any:
+    from canary.backends import resolve_device
+
+    if "@" in ref and not Path(ref).exists():
+        return ref
+    device = resolve_device(ref)
+    if device.kind == "catalog":
+        return ref
+    return device.snapshot.model_dump(mode="json")
+
+
+def request_body(args: Any, *, admit: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "device": _device_arg(args.device),
+        "candidate": _profile_arg(args.profile),
+        "residents": [_profile_arg(r) for r in args.resident],
+    }
+    if args.regime:
+        body["regime"] = args.regime
+    if args.policy:
+        if Path(args.policy).suffix:
+            raise InputError("with --server, --policy names a policy of the server (a name, not a file)",
+                             field="--policy")
+        body["policy"] = args.policy
+    if admit:
+        body["probe"] = not args.no_probe
+        body["seed"] = args.seed
+    return body
+
+
+class ServiceClient:
+    def __init__(self, base_url: str, token: str | None, *, timeout_s: float = 60.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s))
+
+    def __enter__(self) -> ServiceClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
+
+    def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            response = self.http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise OperationalError(f"canary service {self.base_url} did not answer: {exc}") from None
+        if response.status_code in (200, 202):
+            return response
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text[:500]
+        where = f"canary service {self.base_url}{path}"
+        if response.status_code in (401, 403, 404, 409, 413, 422):
+            raise InputError(f"{where} answered {response.status_code}: {detail}")
+        raise OperationalError(f"{where} answered {response.status_code}: {detail}")
+
+    def decide(self, path: str, body: dict[str, Any], progress: Any = None) -> Certificate:
+        response = self._call("POST", path, json=body)
+        if response.status_code == 200:
+            return Certificate.model_validate_json(response.text)
+        location = response.headers.get("location") or f"/v1/probes/{response.json()['id']}"
+        while True:
+            status = response.json()
+            if progress is not None:
+                progress(status)
+            state = status["state"]
+            if state == "done" and status.get("certificate") is not None:
+                return Certificate.model_validate_json(json.dumps(status["certificate"]))
+            if state in ("failed", "cancelled", "aborted"):
+                raise OperationalError(f"probe {status['id']} {state}: {status.get('error') or 'no reason given'}")
+            response = self._call("GET", location, params={"wait": POLL_WAIT})
+
+
+def token_from(args: Any) -> str | None:
+    token: str | None = getattr(args, "token", None) or os.environ.get("CANARY_TOKEN") or None
+    return token

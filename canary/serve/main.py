@@ -1,0 +1,37 @@
+"""Entry point for uvicorn: ``canary.serve.main:app_from_env`` (a factory), so that every worker
+process builds its own application from the configuration ``canary serve`` put in the environment."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import FastAPI
+
+from canary.serve.app import create_app
+from canary.serve.config import ServeConfig
+
+CONFIG_ENV = "CANARY_SERVE_CONFIG_JSON"
+
+
+def app_from_env() -> FastAPI:
+    raw = os.environ.get(CONFIG_ENV)
+    if raw is None:
+        raise RuntimeError(f"{CONFIG_ENV} is not set: start the service with canary serve")
+    return create_app(ServeConfig.model_validate_json(raw))
+
+
+def run(config: ServeConfig, *, log_level: str = "warning", access_log: bool = False) -> None:
+    """Serve until interrupted (uvicorn, ``config.workers`` processes)."""
+    import ssl
+
+    import uvicorn
+
+    os.environ[CONFIG_ENV] = config.model_dump_json()
+    kwargs: dict[str, object] = {}
+    if config.tls_certfile is not None:
+        kwargs.update(ssl_certfile=config.tls_certfile, ssl_keyfile=config.tls_keyfile)
+        if config.tls_ca_certs is not None:
+            kwargs.update(ssl_ca_certs=config.tls_ca_certs, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    uvicorn.run("canary.serve.main:app_from_env", factory=True, host=config.host, port=config.port,
+                workers=config.workers, log_level=log_level, access_log=access_log, server_header=False,
+                timeout_graceful_shutdown=10, timeout_keep_alive=65, **kwargs)  # type: ignore[arg-type]

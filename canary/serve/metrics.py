@@ -1,0 +1,106 @@
+"""Prometheus metrics of the service (``prometheus-client``), one registry per application.
+
+Counters and histograms are per process. The two gauges that describe shared state — probes queued
+and running, and reservation bytes held per device — are read from the store at scrape time, so every
+worker reports the same fleet-wide truth. The Grafana dashboard in ``docs/grafana-dashboard.json``
+is built on these names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+PROBE_BUCKETS = (0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
+EXPOSURE_BUCKETS = (0, 1, 10, 50, 100, 250, 500, 1000, 5000, 10000)
+
+
+class StoreState(Collector):
+    """Gauges read from the store when Prometheus scrapes."""
+
+    def __init__(self, read: Callable[[], tuple[dict[str, int], dict[str, int]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        probes = GaugeMetricFamily("canary_probes", "probes in the service's queue by state (store-wide)",
+                                   labels=["state"])
+        held = GaugeMetricFamily("canary_reservation_held_bytes", "memory booked by active reservations, per device",
+                                 labels=["device"])
+        up = GaugeMetricFamily("canary_store_up", "1 when the store answered the scrape's queries")
+        try:
+            by_state, by_device = self._read()
+        except Exception:  # a scrape must not fail because the store is down: say so in a gauge instead
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        for state in ("queued", "running"):
+            probes.add_metric([state], by_state.get(state, 0))
+        for device, n in sorted(by_device.items()):
+            held.add_metric([device], n)
+        yield up
+        yield probes
+        yield held
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.admissions = Counter("canary_admissions", "decisions answered, by endpoint, verdict and decider",
+                                  ["endpoint", "verdict", "decided_by"], registry=r)
+        self.decision_seconds = Histogram("canary_decision_seconds", "time to answer a decision request "
+                                          "(without probe time)", ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+        self.cache = Counter("canary_evidence_cache_requests", "decisions needing evidence: hit (decided from "
+                             "evidence) or miss (a probe is needed)", ["result"], registry=r)
+        self.store_seconds = Histogram("canary_store_seconds", "time of one unit of work against the store",
+                                       ["operation"], buckets=LATENCY_BUCKETS, registry=r)
+        self.probe_seconds = Histogram("canary_probe_duration_seconds", "wall time of a probe run by this process, "
+                                       "by outcome", ["outcome"], buckets=PROBE_BUCKETS, registry=r)
+        self.probe_exposure = Histogram("canary_probe_exposure_requests", "requests the candidate served in a probe",
+                                        buckets=EXPOSURE_BUCKETS, registry=r)
+        self.probes = Counter("canary_probes_finished", "probes this process finished, by final state",
+                              ["state"], registry=r)
+        self.coalesced = Counter("canary_probe_coalesced_requests", "admission requests that joined a probe "
+                                 "already queued or running for their pair", registry=r)
+        self.probes_started = Counter("canary_probes_queued", "probes this process queued (first request of a pair)",
+                                      registry=r)
+        self.http = Counter("canary_http_responses", "responses by route and status", ["route", "status"], registry=r)
+        self.auth_failures = Counter("canary_auth_failures", "requests refused for a missing, bad or under-scoped "
+                                     "token", ["reason"], registry=r)
+
+    def watch_store(self, read: Callable[[], tuple[dict[str, int], dict[str, int]]]) -> None:
+        self.registry.register(StoreState(read))
+
+    @contextmanager
+    def store_op(self, operation: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.store_seconds.labels(operation).observe(time.perf_counter() - t0)
+
+    def decided(self, endpoint: str, cert: Any, seconds: float) -> None:
+        self.admissions.labels(endpoint, cert.verdict, cert.decided_by).inc()
+        self.decision_seconds.labels(endpoint).observe(seconds)
+        if cert.decided_by == "cache":
+            self.cache.labels("hit").inc()
+
+    def probe_finished(self, state: str, started: dt.datetime | None, finished: dt.datetime,
+                       cert: dict[str, Any] | None) -> None:
+        self.probes.labels(state).inc()
+        probe = (cert or {}).get("probe") or {}
+        outcome = str(probe.get("outcome") or state)
+        if started is not None:
+            self.probe_seconds.labels(outcome).observe(max(0.0, (finished - started).total_seconds()))
+        exposure = probe.get("exposure_used")
+        if isinstance(exposure, int):
+            self.probe_exposure.observe(exposure)

@@ -1,0 +1,152 @@
+"""Turn a request body into the decision core's ``Request`` — without trusting it.
+
+A request may name: a catalog device, a registry entry (``name@version``), or carry a profile or
+snapshot by value. It may never make the service read a file, open a device, fetch a URL or run a
+command: strings are looked up in the catalog or the registry only, and a profile whose ``canary``
+section names a command, an endpoint, a metrics URL or a cubin is refused (those come from operator
+configuration). The resolved documents are kept by value (``request_json``) so a queued probe can be
+run later by any process — another server worker, or a node agent — exactly as it was asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from canary._model import validate_document
+from canary.admission import Request, build_request
+from canary.errors import InputError
+from canary.policy import Policy, load_policy
+from canary.profile import WorkloadProfile
+from canary.serve.schemas import DecisionRequest
+from canary.snapshot import DeviceSnapshot
+
+RegistryGet = Callable[[str, str, str | None], dict[str, Any] | None]  # (kind, name, version) → document
+
+_UNTRUSTED_CANARY_FIELDS = ("command", "workdir", "endpoint", "metrics_url", "cubin", "kernel", "request_body")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    request: Request
+    request_json: dict[str, Any]
+
+
+def _check_trust(profile: WorkloadProfile, field: str) -> WorkloadProfile:
+    spec = profile.canary
+    if spec is None:
+        return profile
+    if spec.executor != "sim" or spec.monitor != "sim":
+        raise InputError(f"executor {spec.executor!r} / monitor {spec.monitor!r}: a request may ask only for "
+                         "simulated probes; real executors and monitors come from operator configuration",
+                         field=f"{field}.canary")
+    for name in _UNTRUSTED_CANARY_FIELDS:
+        if getattr(spec, name) is not None:
+            raise InputError("a request may not name a command, file or URL; those come only from operator "
+                             "configuration", field=f"{field}.canary.{name}")
+    return profile
+
+
+def _profile(value: str | dict[str, Any], field: str, registry: RegistryGet) -> WorkloadProfile:
+    if isinstance(value, str):
+        name, _, version = value.partition("@")
+        if not name or ("@" in value and not version):
+            raise InputError(f"not a registry reference {value!r}: use name@version", field=field)
+        doc = registry("profile", name, version or None)
+        if doc is None:
+            raise InputError(f"no profile {value!r} in the registry (canary profiles put FILE)", field=field)
+        return _check_trust(validate_document(WorkloadProfile, doc, file=f"registry profile {value}"), field)
+    return _check_trust(validate_document(WorkloadProfile, value, file=field), field)
+
+
+def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
+    from canary.backends import ResolvedDevice, idle_snapshot
+    from canary.catalog import lookup
+
+    if isinstance(value, str):
+        if "@" in value:
+            name, _, version = value.partition("@")
+            doc = registry("snapshot", name, version or None)
+            if doc is None:
+                raise InputError(f"no snapshot {value!r} in the registry (canary profiles put --snapshot FILE)",
+                                 field="device")
+            snap = validate_document(DeviceSnapshot, doc, file=f"registry snapshot {value}")
+            ref = value
+        else:
+            if ":" in value or "/" in value or "\\" in value:
+                raise InputError(f"{value!r}: a request names a catalog device, a snapshot name@version or a "
+                                 "snapshot by value; the service never opens a device or file a request names",
+                                 field="device")
+            spec = lookup(value)
+            return ResolvedDevice(snapshot=idle_snapshot(spec), spec=spec, ref=value, kind="catalog")
+    else:
+        snap = validate_document(DeviceSnapshot, value, file="device")
+        digest = hashlib.sha256(json.dumps(snap.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        ref = f"inline:{digest[:16]}"
+    for i, resident in enumerate(snap.residents):
+        if resident.profile is not None:
+            _check_trust(resident.profile, f"device.residents[{i}].profile")
+    try:
+        spec = lookup(snap.device_type)
+    except InputError as exc:
+        raise InputError(exc.problem, field="device.device_type") from None
+    return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind="published")
+
+
+def cached_policy(name: str) -> Policy:
+    """``load_policy(name)``, parsed once per file version (policies are read on every decision)."""
+    from canary.policy import POLICY_DIR
+
+    path = POLICY_DIR / f"{name}.yaml"
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return load_policy(name)  # says which policies exist
+    return _policy(name, mtime)
+
+
+@lru_cache(maxsize=64)
+def _policy(name: str, mtime_ns: int) -> Policy:
+    return load_policy(name)
+
+
+def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str,
+            extra: dict[str, Any] | None = None) -> Resolved:
+    """The core's ``Request`` for this body; ``InputError`` names the field and the problem."""
+    policy = cached_policy(body.policy or default_policy)
+    candidate = _profile(body.candidate, "candidate", registry)
+    residents = tuple(_profile(r, f"residents[{i}]", registry) for i, r in enumerate(body.residents))
+    device = _device(body.device, registry)
+    if device.spec.vendor == "amd" and body.regime is not None and body.regime.startswith(("mig", "mps", "green")):
+        raise InputError(f"regime {body.regime} is NVIDIA-only; {device.spec.name} is an AMD device", field="regime")
+    try:
+        req = build_request(device, candidate, policy, extra_residents=residents, regime=body.regime)
+    except ValueError as exc:
+        raise InputError(str(exc), field="regime") from None
+    request_json = {
+        "device": {"kind": device.kind, "ref": device.ref, "snapshot": device.snapshot.model_dump(mode="json")},
+        "candidate": candidate.model_dump(mode="json"),
+        "residents": [r.model_dump(mode="json") for r in residents],
+        "regime": body.regime,
+        "policy": policy.name,
+        **(extra or {}),
+    }
+    return Resolved(req, request_json)
+
+
+def from_request_json(data: dict[str, Any]) -> Request:
+    """Rebuild a queued request (documents by value, already checked when it was queued)."""
+    from canary.backends import ResolvedDevice
+    from canary.catalog import lookup
+
+    dev = data["device"]
+    snap = validate_document(DeviceSnapshot, dev["snapshot"], file="queued device")
+    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
+    candidate = validate_document(WorkloadProfile, data["candidate"], file="queued candidate")
+    residents = tuple(validate_document(WorkloadProfile, r, file="queued resident") for r in data["residents"])
+    policy = cached_policy(data["policy"])
+    return build_request(device, candidate, policy, extra_residents=residents, regime=data["regime"])

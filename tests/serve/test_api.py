@@ -1,0 +1,223 @@
+"""The HTTP API over real HTTP on loopback: a ``canary serve`` subprocess, real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import canary_cmd
+from tests.serve.conftest import EX, Api, profile_doc, snapshot_doc
+
+
+def _unique_candidate(**changes: Any) -> dict[str, Any]:
+    """The embedding service under a version never seen before: an unseen pair."""
+    return profile_doc(version=f"1.8.0-{uuid.uuid4().hex[:8]}", **changes)
+
+
+def _probe_to_end(c: httpx.Client, location: str) -> dict[str, Any]:
+    for _ in range(20):
+        status: dict[str, Any] = c.get(location, params={"wait": "30s"}).json()
+        if status["state"] not in ("queued", "running"):
+            return status
+    raise AssertionError(f"probe {location} still not final: {status}")
+
+
+def test_health_and_readiness(api: Api) -> None:
+    with api.client(None) as c:
+        assert c.get("/healthz").json()["status"] == "ok"
+        ready = c.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+
+
+@pytest.mark.parametrize(("scope", "method", "path", "want"), [
+    pytest.param(None, "GET", "/v1/evidence", 401, id="no-token"),
+    pytest.param("bogus", "GET", "/v1/evidence", 401, id="bad-token"),
+    pytest.param("read", "POST", "/v1/fit", 403, id="read-cannot-fit"),
+    pytest.param("feedback", "POST", "/v1/admissions", 403, id="feedback-cannot-admit"),
+    pytest.param("fit", "POST", "/v1/admissions", 403, id="fit-cannot-admit"),
+    pytest.param("fit", "POST", "/v1/fit", 200, id="fit-fits"),
+    pytest.param("admit", "GET", "/v1/evidence", 200, id="admit-reads"),
+    pytest.param("admit", "POST", "/v1/profiles", 403, id="admit-is-not-admin"),
+    pytest.param(None, "GET", "/metrics", 401, id="metrics-need-a-token"),
+])
+def test_scopes(api: Api, scope: str | None, method: str, path: str, want: int) -> None:
+    body = {"device": "h100-sxm", "candidate": profile_doc()} if method == "POST" else None
+    if path == "/v1/profiles":
+        body = {"document": profile_doc()}
+    headers = {}
+    if scope == "bogus":
+        headers["Authorization"] = "Bearer cnr_0000000000000000_not-a-secret"
+    elif scope is not None:
+        headers["Authorization"] = f"Bearer {api.tokens[scope]}"
+    with httpx.Client(base_url=api.server.base, timeout=30.0) as c:
+        r = c.request(method, path, json=body, headers=headers)
+    assert r.status_code == want, r.text
+    if want == 401:
+        assert r.headers.get("www-authenticate") == "Bearer"
+
+
+def test_fit_answers_what_the_cli_answers(api: Api, tmp_path: Any) -> None:
+    """Counterexample (a): the persistent megakernel leaves no registers for llm-decode (the example says so)."""
+    snap, prof = EX / "snapshots" / "a-persistent-35pct.yaml", EX / "profiles" / "llm-decode.yaml"
+    with api.client("fit") as c:
+        r = c.post("/v1/fit", json={"device": snapshot_doc("a-persistent-35pct.yaml"),
+                                    "candidate": profile_doc("llm-decode.yaml")})
+    assert r.status_code == 200, r.text
+    remote = r.json()
+    local = subprocess.run([*canary_cmd(), "--db", api.db_url, "fit", str(snap), str(prof), "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert local.returncode == 1, local.stderr
+    mine = json.loads(local.stdout)
+    assert remote["verdict"] == mine["verdict"] == "reject"
+    assert remote["limiting_resource"] == mine["limiting_resource"] == "registers"
+    assert [f["resource"] for f in remote["findings"]] == [f["resource"] for f in mine["findings"]]
+
+
+def test_unseen_pair_probes_once_then_answers_from_evidence(api: Api) -> None:
+    body = {"device": snapshot_doc(), "candidate": _unique_candidate()}
+    with api.client("admit") as c:
+        first = c.post("/v1/admissions", json=body)
+        assert first.status_code == 202, first.text
+        location = first.headers["location"]
+        assert location == f"/v1/probes/{first.json()['id']}"
+        status = _probe_to_end(c, location)
+        assert status["state"] == "done", status
+        states = [t["state"] for t in status["transitions"]]
+        assert states == ["queued", "running", "done"]
+        stamps = [datetime.fromisoformat(t["at"]) for t in status["transitions"]]
+        assert stamps == sorted(stamps)
+        cert = status["certificate"]
+        assert cert["verdict"] == "admit" and cert["decided_by"] == "canary"
+        probe_evidence = set(cert["evidence"]["ids"])
+        again = c.post("/v1/admissions", json=body)
+        assert again.status_code == 200, again.text
+        cached = again.json()
+        assert cached["decided_by"] == "cache" and cached["verdict"] == "admit"
+        assert probe_evidence <= set(cached["evidence"]["ids"])
+
+
+def test_no_probe_admission_says_unknown_without_queueing(api: Api) -> None:
+    with api.client("admit") as c:
+        r = c.post("/v1/admissions", json={"device": snapshot_doc(), "candidate": _unique_candidate(),
+                                           "probe": False, "reserve": False})
+    assert r.status_code == 200, r.text
+    assert r.json()["verdict"] == "unknown"
+
+
+def test_evidence_revoke_and_feedback(api: Api) -> None:
+    body = {"device": snapshot_doc(), "candidate": _unique_candidate(), "reserve": False}
+    with api.client("admin") as c:
+        status = _probe_to_end(c, c.post("/v1/admissions", json=body).headers["location"])
+        evidence_id = status["certificate"]["evidence"]["ids"][0]
+        shown = c.get(f"/v1/evidence/{evidence_id}").json()
+        assert shown["evidence"]["id"] == evidence_id and shown["evidence"]["outcome"] == "safe"
+        pair = f"{shown['evidence']['key']['resident_version']}:{body['candidate']['version']}"
+        listed = c.get("/v1/evidence", params={"pair": pair}).json()
+        assert [e["id"] for e in listed] == [evidence_id]
+        with api.client("read") as reader:
+            assert reader.post(f"/v1/evidence/{evidence_id}/revoke", json={"reason": "x"}).status_code == 403
+        revoked = c.post(f"/v1/evidence/{evidence_id}/revoke", json={"reason": "bad sensor"}).json()
+        assert revoked["status"] == "revoked"
+        # Without current evidence the pair is unseen again: a new probe, not a cached answer.
+        assert c.post("/v1/admissions", json=body).status_code == 202
+        assert c.get("/v1/evidence/not-an-id").status_code == 404
+
+
+def test_production_feedback_outweighs_a_pass(api: Api) -> None:
+    body = {"device": snapshot_doc(), "candidate": _unique_candidate(), "reserve": False}
+    with api.client("admin") as c:
+        assert _probe_to_end(c, c.post("/v1/admissions", json=body).headers["location"])["state"] == "done"
+        assert c.post("/v1/admissions", json=body).json()["verdict"] == "admit"
+        with api.client("feedback") as fb:
+            r = fb.post("/v1/feedback", json={"device": body["device"], "candidate": body["candidate"],
+                                               "resident_name": "comms", "slowdown_pct": 40})
+        assert r.status_code == 200, r.text
+        after = c.post("/v1/admissions", json=body).json()
+    assert after["verdict"] == "reject" and after["decided_by"] == "cache"
+    assert r.json()["evidence_id"] in after["evidence"]["ids"]
+
+
+def test_reservations_list_and_release(api: Api) -> None:
+    from canary.backends import idle_snapshot
+    from canary.catalog import lookup
+
+    device = idle_snapshot(lookup("h100-sxm")).model_dump(mode="json") | {"uuid": f"GPU-{uuid.uuid4()}"}
+    with api.client("admit") as c:
+        cert = c.post("/v1/admissions", json={"device": device, "candidate": profile_doc()}).json()
+        assert cert["verdict"] == "admit", cert
+        booking = cert["resource_reservations"][0]
+        rows = c.get("/v1/reservations", params={"device": device["uuid"]}).json()
+        assert [r["id"] for r in rows] == [booking["id"]] and rows[0]["memory_bytes"] == booking["memory_bytes"]
+        assert c.delete(f"/v1/reservations/{booking['id']}").status_code == 200
+        assert c.get("/v1/reservations", params={"device": device["uuid"]}).json() == []
+        assert c.delete("/v1/reservations/no-such-id").status_code == 404
+
+
+def test_registry_by_reference(api: Api) -> None:
+    doc = _unique_candidate()
+    ref = f"{doc['name']}@{doc['version']}"
+    with api.client("admin") as c:
+        put = c.post("/v1/profiles", json={"document": doc})
+        assert put.status_code == 200 and put.json()["created"] is True
+        assert c.post("/v1/profiles", json={"document": doc}).json()["created"] is False
+        clash = c.post("/v1/profiles", json={"document": doc | {"duty_cycle": 0.5}})
+        assert clash.status_code == 409 and "different content" in clash.json()["detail"]
+        snap = c.post("/v1/snapshots", json={"document": snapshot_doc(), "name": "node-a-gpu0", "version": doc["version"]})
+        assert snap.status_code == 200, snap.text
+        by_ref = c.post("/v1/fit", json={"device": f"node-a-gpu0@{doc['version']}", "candidate": ref})
+        by_value = c.post("/v1/fit", json={"device": snapshot_doc(), "candidate": doc})
+        assert by_ref.status_code == 200, by_ref.text
+        assert by_ref.json()["findings"] == by_value.json()["findings"]
+        missing = c.post("/v1/fit", json={"device": "h100-sxm", "candidate": "nobody@0"})
+        assert missing.status_code == 422 and "nobody@0" in missing.json()["detail"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    pytest.param({"device": "h100-sxm", "candidate": profile_doc(canary={
+        "executor": "process", "command": ["/bin/sh", "-c", "echo owned"], "monitor": "sim"})},
+        "candidate.canary", id="command-in-profile"),
+    pytest.param({"device": "h100-sxm", "candidate": profile_doc(canary={
+        "executor": "sim", "monitor": "http", "endpoint": "http://169.254.169.254/"})},
+        "candidate.canary", id="url-in-profile"),
+    pytest.param({"device": "/etc/passwd", "candidate": profile_doc()}, "device", id="file-as-device"),
+    pytest.param({"device": "nvml:0", "candidate": profile_doc()}, "device", id="live-device"),
+    pytest.param({"device": "h100-sxm", "candidate": profile_doc(), "policy": "../../etc/x"}, "policy",
+                 id="policy-path"),
+    pytest.param({"device": "h100-sxm", "candidate": profile_doc(), "regime": "warp:9"}, "regime", id="bad-regime"),
+    pytest.param({"device": "h100-sxm", "candidate": profile_doc(memory={"reserved_bytes": -1})}, "memory",
+                 id="bad-profile-field"),
+])
+def test_untrusted_requests_are_refused_with_the_field(api: Api, body: dict[str, Any], field: str) -> None:
+    with api.client("admit") as c:
+        r = c.post("/v1/admissions", json=body)
+    assert r.status_code == 422, r.text
+    assert field in r.json()["detail"]
+
+
+def test_body_over_the_limit_is_refused(api: Api) -> None:
+    with api.client("admit") as c:
+        r = c.post("/v1/fit", content=b"{" + b" " * (2 << 20) + b"}", headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_metrics_name_what_happened(api: Api) -> None:
+    with api.client("admit") as c:
+        c.post("/v1/fit", json={"device": "h100-sxm", "candidate": profile_doc()})
+        text = c.get("/metrics").text
+    assert 'canary_admissions_total{decided_by="hard-fit",endpoint="fit",verdict="admit"}' in text
+    for name in ("canary_decision_seconds_bucket", "canary_store_seconds_bucket", 'canary_probes{state="running"}',
+                 "canary_store_up 1.0", "canary_probe_coalesced_requests_total"):
+        assert name in text
+
+
+def test_probe_that_does_not_exist(api: Api) -> None:
+    with api.client("admit") as c:
+        assert c.get("/v1/probes/nope").status_code == 404
+        assert c.delete("/v1/probes/nope").status_code == 404
+        assert c.get("/v1/probes/nope", params={"wait": "forever"}).status_code == 422

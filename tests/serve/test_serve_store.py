@@ -1,0 +1,155 @@
+"""The store side of the service: the probe queue (single flight, device exclusivity, leases), the
+registry and the tokens, on SQLite and PostgreSQL, including racing processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from canary.errors import InputError
+from evidence_store import probe_queue, registry, tokens
+from evidence_store.engine import make_engine, session_scope
+from evidence_store.errors import LeaseLost
+from evidence_store.keys import PairKey
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def _key(i: int) -> PairKey:
+    return PairKey(resident_version="r:1", resident_shape_family="bs<=8", candidate_version=f"c:{i}",
+                   candidate_shape_family="bs<=8", device_type="h100-sxm", regime="mps:30")
+
+
+def _submit(engine, i: int, device: str, now: datetime = T0):  # type: ignore[no-untyped-def]
+    with session_scope(engine) as s:
+        return probe_queue.submit(s, digest=probe_queue.pair_digest([_key(i)]), device_id=device,
+                                  request_json={"pair": i}, now=now)
+
+
+def test_same_pair_joins_one_probe(store_url: str) -> None:
+    engine = make_engine(store_url)
+    first, joined1 = _submit(engine, 1, "gpu-a")
+    second, joined2 = _submit(engine, 1, "gpu-b")
+    assert (joined1, joined2) == (False, True)
+    assert second.id == first.id and second.waiters == 2
+
+
+def test_pair_digest_ignores_order_and_needs_keys() -> None:
+    assert probe_queue.pair_digest([_key(1), _key(2)]) == probe_queue.pair_digest([_key(2), _key(1)])
+    with pytest.raises(InputError):
+        probe_queue.pair_digest([])
+
+
+def test_one_running_probe_per_device_and_leases(store_url: str) -> None:
+    engine = make_engine(store_url)
+    a, _ = _submit(engine, 1, "gpu-a")
+    b, _ = _submit(engine, 2, "gpu-a", T0 + timedelta(seconds=1))
+    c, _ = _submit(engine, 3, "gpu-b", T0 + timedelta(seconds=2))
+    with session_scope(engine) as s:
+        got1 = probe_queue.claim_next(s, owner="w1", lease_s=10, now=T0)
+    with session_scope(engine) as s:
+        got2 = probe_queue.claim_next(s, owner="w2", lease_s=10, now=T0)
+    with session_scope(engine) as s:
+        got3 = probe_queue.claim_next(s, owner="w3", lease_s=10, now=T0)
+    assert got1 is not None and got1.id == a.id
+    assert got2 is not None and got2.id == c.id  # b waits: gpu-a is busy
+    assert got3 is None
+    with session_scope(engine) as s, pytest.raises(LeaseLost):
+        probe_queue.heartbeat(s, a.id, owner="w2", lease_s=10, now=T0)
+    with session_scope(engine) as s:
+        assert probe_queue.cancel(s, a.id, now=T0).cancel_requested is True  # type: ignore[union-attr]
+    with session_scope(engine) as s:
+        assert probe_queue.heartbeat(s, a.id, owner="w1", lease_s=10, now=T0) is True
+    with session_scope(engine) as s:
+        done = probe_queue.finish(s, a.id, owner="w1", state="cancelled", now=T0, error="cancelled")
+    assert done.terminal
+    with session_scope(engine) as s:
+        got4 = probe_queue.claim_next(s, owner="w3", lease_s=10, now=T0)
+    assert got4 is not None and got4.id == b.id  # gpu-a is free again
+    # w2's lease on c expires: recovery aborts it and frees gpu-b and the pair.
+    with session_scope(engine) as s:
+        aborted = probe_queue.recover_abandoned(s, now=T0 + timedelta(seconds=11))
+    assert {t.id for t in aborted} == {c.id, b.id}
+    with session_scope(engine) as s, pytest.raises(LeaseLost):
+        probe_queue.finish(s, c.id, owner="w2", state="done", now=T0)
+    again, joined = _submit(engine, 3, "gpu-b", T0 + timedelta(seconds=12))
+    assert not joined and again.id != c.id
+
+
+def test_cancelling_a_queued_probe_frees_its_pair(store_url: str) -> None:
+    engine = make_engine(store_url)
+    a, _ = _submit(engine, 7, "gpu-a")
+    with session_scope(engine) as s:
+        assert probe_queue.cancel(s, a.id, now=T0).state == "cancelled"  # type: ignore[union-attr]
+        assert probe_queue.cancel(s, "missing", now=T0) is None
+    b, joined = _submit(engine, 7, "gpu-a")
+    assert not joined and b.id != a.id
+
+
+RACER = textwrap.dedent("""
+    import sys
+    from datetime import UTC, datetime
+    from evidence_store import probe_queue
+    from evidence_store.engine import make_engine, session_scope
+    engine = make_engine(sys.argv[1])
+    with session_scope(engine) as s:
+        ticket, joined = probe_queue.submit(s, digest="d" * 64, device_id="gpu-" + sys.argv[2],
+                                            request_json={}, now=datetime.now(UTC))
+    print(ticket.id)
+""")
+
+
+@pytest.mark.slow
+def test_racing_processes_share_one_probe(store_url: str) -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, store_url, str(i)], stdout=subprocess.PIPE, text=True)
+             for i in range(8)]
+    ids = set()
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        ids.add(out.strip())
+    assert len(ids) == 1
+    engine = make_engine(store_url)
+    with session_scope(engine, read_only=True) as s:
+        assert probe_queue.get(s, ids.pop()).waiters == 8  # type: ignore[union-attr]
+
+
+def test_registry_is_immutable(store_url: str) -> None:
+    engine = make_engine(store_url)
+    with session_scope(engine) as s:
+        e, created = registry.put(s, kind="profile", name="svc", version="1", document={"a": 1}, now=T0)
+        assert created and e.ref == "svc@1"
+        assert registry.put(s, kind="profile", name="svc", version="1", document={"a": 1}, now=T0)[1] is False
+        registry.put(s, kind="profile", name="svc", version="2", document={"a": 2}, now=T0 + timedelta(1))
+    with session_scope(engine) as s, pytest.raises(registry.RegistryConflict):
+        registry.put(s, kind="profile", name="svc", version="1", document={"a": 3}, now=T0)
+    with session_scope(engine, read_only=True) as s:
+        assert registry.get(s, kind="profile", name="svc", version=None).version == "2"  # type: ignore[union-attr]
+        assert registry.get(s, kind="snapshot", name="svc", version="1") is None
+    with pytest.raises(InputError):
+        registry.parse_ref("svc@", field="ref")
+
+
+def test_tokens_are_hashed_scoped_and_revocable(store_url: str) -> None:
+    engine = make_engine(store_url)
+    with session_scope(engine) as s:
+        secret, info = tokens.create(s, name="ci", scopes=["fit", "read"], now=T0, expires_at=T0 + timedelta(days=1))
+        with pytest.raises(InputError):
+            tokens.create(s, name="x", scopes=["root"], now=T0)
+    from evidence_store.serve_models import ApiToken
+
+    with session_scope(engine, read_only=True) as s:
+        row = s.get(ApiToken, info.id)
+        assert row is not None and secret.split("_", 2)[2] not in (row.secret_hash, row.salt)
+        assert tokens.verify(s, secret, now=T0).scopes == {"fit", "read"}  # type: ignore[union-attr]
+        assert tokens.verify(s, secret[:-1] + ("A" if secret[-1] != "A" else "B"), now=T0) is None
+        assert tokens.verify(s, secret, now=T0 + timedelta(days=2)) is None  # expired
+        assert tokens.verify(s, "not-a-token", now=T0) is None
+    with session_scope(engine) as s:
+        tokens.revoke(s, info.id, now=T0)
+    with session_scope(engine, read_only=True) as s:
+        assert tokens.verify(s, secret, now=T0) is None
