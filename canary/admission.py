@@ -39,7 +39,6 @@ from canary.snapshot import DeviceSnapshot, Resident
 if TYPE_CHECKING:
     from canary.backends import ResolvedDevice
     from canary.catalog import DeviceSpec
-    from canary.sim.model import ContentionParams
     from evidence_store.keys import PairKey
 
 REVALIDATION_TRIGGERS = (
@@ -78,9 +77,10 @@ class Request:
     policy: Policy
     regime: Regime
     regime_chosen_by: str
-    #: Simulator parameters for a simulated probe (``None``: the simulator's defaults); set by
-    #: ``canary bench`` to replay measured pairs under their calibrated regime.
-    sim_params: ContentionParams | None = None
+    #: Simulator parameters (a ``canary.sim.model.ContentionParams``) for a simulated probe (``None``:
+    #: the simulator's defaults); set by ``canary bench`` to replay measured pairs under their
+    #: calibrated regime. Typed loosely: the core does not import the simulator.
+    sim_params: Any = None
 
     @property
     def snapshot(self) -> DeviceSnapshot:

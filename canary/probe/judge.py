@@ -61,7 +61,9 @@ The pipeline, each step testable alone (knobs from the :class:`~canary.probe.bud
      ``log K^safe ≥ max(1, F, τ) · log(1/α)`` and an **effective sample** ``n / τ ≥ min_safe_pairs``
      (the burst rule's count assumes independent chances to see a slow window; under dependence ``n``
      pairs give about ``n / τ`` of them). Otherwise the probe goes on, and ends *inconclusive* if the
-     evidence never outgrows the dependence. Neither rule ever produces an *unsafe* verdict.
+     evidence never outgrows the dependence. Neither rule ever produces an *unsafe* verdict. From
+     fewer than 30 usable pairs τ is too noisy to act on; there a lag-1 autocorrelation above
+     ``1.28 / √n`` withholds *safe* instead.
 5. :func:`judge` — ``unsafe`` / ``safe`` / ``inconclusive`` (budget spent, or futile: the pairs left
    could not reach either threshold even if the truth lay two standard errors further out),
    ``no-data``, ``error``.
@@ -108,6 +110,10 @@ _BATCHES = 6
 _MIN_BATCH = 5
 # Longest lag the autocorrelation-time estimate looks at.
 _MAX_LAG = 40
+# Pairs from which the autocorrelation time is acted on; before, the lag-1 check stands in.
+_TAU_MIN_PAIRS = _BATCHES * _MIN_BATCH
+# One-sided 90% point of the lag-1 autocorrelation of independent pairs, in units of 1/sqrt(n).
+_LAG1_Z = 1.28
 # Bet cap as a fraction of 1/U (Waudby-Smith & Ramdas use 1/2 or 3/4): keeps every factor ≥ 1 − c.
 _BET_FRACTION = 0.75
 
@@ -432,11 +438,18 @@ def sequential_paths(
     else:
         inflation = _inflation(sy, syy, k)
         tau = autocorrelation_time(y)
-    factor = np.maximum(np.maximum(inflation, tau), 1.0)
-    short = n / np.maximum(tau, 1.0) < settings.min_safe_pairs
-    # ``correlated``: the effective sample is below what the burst rule needs although the raw count
-    # is not — dependence alone holds the safe verdict back.
-    correlated = short & (n >= settings.min_safe_pairs)
+    # τ from fewer than _TAU_MIN_PAIRS pairs is too noisy to act on (as F, whose batches need
+    # _MIN_BATCH pairs each): there the lag-1 autocorrelation stands in — no safe verdict while it is
+    # above what independent pairs give in ~90% of probes (_LAG1_Z / √n).
+    tau_counted = np.where(n >= _TAU_MIN_PAIRS, tau, 1.0)
+    factor = np.maximum(np.maximum(inflation, tau_counted), 1.0)
+    short = n / tau_counted < settings.min_safe_pairs
+    early_lag1 = (n >= 8) & (n < _TAU_MIN_PAIRS) & (lag1 * np.sqrt(n) > _LAG1_Z)
+    # ``correlated``: dependence alone holds the safe verdict back (the effective sample is below what
+    # the burst rule needs although the raw count is not, or the early lag-1 check).
+    correlated = (short & (n >= settings.min_safe_pairs)) | early_lag1
+    if dependence_of is not None:
+        correlated = np.broadcast_to(dependence_of.correlated, y.shape)
     blocked = crossed_safe & ((log_safe < factor * threshold) | correlated)
     enough = n >= settings.min_pairs
     safe = live & crossed_safe & ~blocked & ~dead & ~short
