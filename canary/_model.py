@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,30 +70,156 @@ def _safe_loader() -> Any:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def read_document(path: str | Path) -> Any:
-    """Parse a YAML or JSON file (by content; JSON is YAML). Errors name the file and line."""
+# --- limits on untrusted documents -----------------------------------------------------------------
+# Profiles, snapshots, policies, plans and imports come from people who may be careless or hostile.
+# Every limit is far above what a real document needs (the largest example is a few KiB) and far
+# below what would cost a noticeable amount of time or memory; a violation is bad input (exit 2).
+
+#: Largest document file read, in bytes.
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+#: Most YAML aliases (``*name``) in one document: real files use a handful; a "billion laughs"
+#: document needs many to multiply itself.
+MAX_YAML_ALIASES = 64
+#: Deepest nesting of mappings and lists (the models nest at most six levels).
+MAX_DOCUMENT_DEPTH = 32
+#: Most values (scalars, mappings, lists) in one document, counting each alias as the copy it stands for.
+MAX_DOCUMENT_NODES = 200_000
+#: Largest magnitude of any number in a document: 2**53, the largest integer a float holds exactly.
+#: Bytes fields stop at 64 TiB, seconds at a few years; anything near this bound is a typo or an attack.
+MAX_DOCUMENT_NUMBER = 2**53
+
+
+def _where(path: tuple[int | str, ...]) -> str:
+    return _field_path(path) if path else "(document)"
+
+
+def check_limits(data: Any, *, file: str | None = None) -> None:
+    """Raise ``InputError`` (naming the file, the field and the limit) when parsed document data nests
+    deeper than ``MAX_DOCUMENT_DEPTH``, holds more than ``MAX_DOCUMENT_NODES`` values (an alias counts
+    as the copy it stands for), or a number that is not finite or exceeds ``MAX_DOCUMENT_NUMBER``."""
+    count = 0
+    # Iterative, so a deep document cannot exhaust Python's stack before the depth check sees it.
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        count += 1
+        if count > MAX_DOCUMENT_NODES:
+            raise InputError(f"more than {MAX_DOCUMENT_NODES} values (limit MAX_DOCUMENT_NODES)", file=file)
+        if isinstance(value, dict | list | tuple):
+            if len(path) >= MAX_DOCUMENT_DEPTH:
+                raise InputError(
+                    f"nested deeper than {MAX_DOCUMENT_DEPTH} levels (limit MAX_DOCUMENT_DEPTH)",
+                    file=file,
+                    field=_where(path),
+                )
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if not isinstance(key, str | int) or isinstance(key, bool):
+                        raise InputError(
+                            f"a mapping key must be text, got {type(key).__name__}", file=file, field=_where(path)
+                        )
+                    stack.append((item, (*path, key)))
+            else:
+                stack.extend((item, (*path, i)) for i, item in enumerate(value))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise InputError(f"{value} is not a finite number", file=file, field=_where(path))
+            if abs(value) > MAX_DOCUMENT_NUMBER:
+                raise InputError(
+                    f"{value:g} is out of range (limit ±2**53, MAX_DOCUMENT_NUMBER)", file=file, field=_where(path)
+                )
+        elif isinstance(value, int) and abs(value) > MAX_DOCUMENT_NUMBER:
+            shown = str(value) if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+            raise InputError(
+                f"{shown} is out of range (limit ±2**53, MAX_DOCUMENT_NUMBER)", file=file, field=_where(path)
+            )
+
+
+def _count_aliases(text: str, file: str) -> None:
+    """Refuse a document with more than ``MAX_YAML_ALIASES`` aliases before it is composed."""
     import yaml
+
+    aliases = 0
+    loader = _safe_loader()(text)
+    try:
+        while loader.check_event():
+            if isinstance(loader.get_event(), yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_YAML_ALIASES:
+                    raise InputError(
+                        f"more than {MAX_YAML_ALIASES} YAML aliases (limit MAX_YAML_ALIASES)", file=file
+                    )
+    finally:
+        loader.dispose()
+
+
+def read_text_limited(path: str | Path, *, limit: int = MAX_DOCUMENT_BYTES, what: str = "a YAML or JSON file") -> str:
+    """The text of a regular file of at most ``limit`` bytes; ``InputError`` naming the file otherwise.
+
+    Devices, FIFOs and directories are refused before they are opened (opening a FIFO blocks,
+    reading ``/dev/zero`` never ends)."""
+    import stat
 
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        info = os.stat(path)
     except FileNotFoundError:
         raise InputError("file not found", file=file) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a YAML or JSON file", file=file) from None
-    except UnicodeDecodeError:
-        raise InputError("not a text file (expected YAML or JSON)", file=file) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=file) from None
+    except ValueError:  # a NUL byte in the name
+        raise InputError("not a file name (holds a NUL character)", file=file) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"is a directory, expected {what}", file=file)
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"not a regular file (a device, FIFO or socket), expected {what}", file=file)
     try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=file) from None
+    if len(raw) > limit:
+        raise InputError(f"larger than {limit} bytes (limit MAX_DOCUMENT_BYTES)", file=file)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"not a UTF-8 text file (expected {what})", file=file) from None
+
+
+def read_document(path: str | Path) -> Any:
+    """Parse a YAML or JSON file (by content; JSON is YAML). Errors name the file and line, or the
+    limit a hostile document crossed (size, aliases, depth, values, number range)."""
+    import yaml
+
+    file = str(path)
+    text = read_text_limited(path)
+    try:
+        if "*" in text:  # no alias without an asterisk: the common file skips the extra pass
+            _count_aliases(text, file)
         data = yaml.load(text, Loader=_safe_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"malformed YAML/JSON{where}: {problem}", file=file) from None
+    except (RecursionError, MemoryError):
+        raise InputError(
+            f"nested too deeply to parse (limit MAX_DOCUMENT_DEPTH = {MAX_DOCUMENT_DEPTH})", file=file
+        ) from None
+    except ValueError as exc:  # e.g. an integer literal with more digits than Python converts
+        if "integer string conversion" in str(exc):
+            raise InputError(
+                "a number with thousands of digits is out of range (limit ±2**53, MAX_DOCUMENT_NUMBER)", file=file
+            ) from None
+        raise InputError(f"malformed YAML/JSON: {str(exc).splitlines()[0]}", file=file) from None
+    except (IndexError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+        # PyYAML's constructors fail this way on some tagged values (``!!float`` with no digits).
+        raise InputError(f"malformed YAML/JSON: a value cannot be read ({type(exc).__name__})", file=file) from None
     if data is None:
         raise InputError("the file is empty", file=file)
+    check_limits(data, file=file)
     return data
 
 
@@ -99,6 +227,7 @@ def validate_document(model: type[M], data: Any, *, file: str | None = None) -> 
     """Validate parsed document data into ``model``; raise ``InputError`` naming file and field."""
     if not isinstance(data, dict):
         raise InputError(f"expected a mapping of fields at the top level, got {type(data).__name__}", file=file)
+    check_limits(data, file=file)
     try:
         payload = json.dumps(data, default=_jsonable)
     except (TypeError, ValueError) as exc:

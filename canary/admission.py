@@ -417,9 +417,10 @@ def open_store_for_writing(url: str | None, *, announce: Any = None) -> Any:
     or a file without a single table — is created at the current schema (zero setup); a store with
     an older schema is never migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
     from evidence_store.engine import check_schema, open_store, upgrade
-    from evidence_store.location import sqlite_file
+    from evidence_store.location import check_db_url, sqlite_file
 
     resolved = store_url(url)
+    check_db_url(resolved)  # a mistyped SQLite directory is an error, never a new empty store
     path = sqlite_file(resolved)
     if path is not None and (not path.exists() or _sqlite_is_blank(path)):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -475,7 +476,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
                                              params=req.sim_params)
         handle = next((h for h in sim_device.handles() if h.startswith(f"resident:{resident.name}#")), None)
     executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
-    monitor = make_monitor(resident.profile, sim_device=sim_device, sim_resident_handle=handle)
+    monitor = make_monitor(resident.profile, policy=req.policy, sim_device=sim_device, sim_resident_handle=handle)
     if monitor_wrapper is not None:
         monitor = monitor_wrapper(monitor)
     slo = resident.profile.slo.latency_p99_ms if resident.profile.slo else None
@@ -621,6 +622,10 @@ async def admit_async(
     from evidence_store.errors import ReservationConflict
 
     clock = now or utcnow
+    if probe:  # where a probe may connect and what it may run: checked before the store is touched
+        from canary.probe.factory import check_request
+
+        check_request(req)
     if engine is None:
         engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess(db_url)

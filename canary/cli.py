@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from canary.errors import EXIT_BAD_INPUT, EXIT_OPERATIONAL, CanaryError
+from canary.errors import EXIT_BAD_INPUT, EXIT_OPERATIONAL, CanaryError, printable
 
 # command group → module under canary.commands. Order is the order of `canary --help`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -48,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 def _add_globals(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
-        default=os.environ.get("CANARY_DB_URL"),
+        default=os.environ.get("CANARY_DB_URL") or None,
         help="evidence store URL (default: $CANARY_DB_URL, else a SQLite file in the user data directory)",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more detail on stderr")
@@ -69,22 +69,47 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES, prog: str = "canary")
     return parser
 
 
+def _single_positionals(parser: argparse.ArgumentParser) -> set[str]:
+    """Destinations of positional arguments that take exactly one value, in the whole parser tree."""
+    dests: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                dests |= _single_positionals(sub)
+        elif not action.option_strings and action.nargs is None:
+            dests.add(action.dest)
+    return dests
+
+
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
+    for dest in _single_positionals(parser):
+        # argparse leaves [] in a one-value positional for "PROFILE -- --" instead of refusing it
+        if isinstance(getattr(args, dest, None), list):
+            parser.error(f"argument {dest.upper()}: expected one value")
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     try:
+        if getattr(args, "db", None) is not None:  # checked before any command connects or creates a file
+            from evidence_store.location import check_db_url
+
+            check_db_url(args.db)
         return handler(args)
-    except CanaryError as exc:
-        sys.stderr.write(f"canary: {exc}\n")
+    except CanaryError as exc:  # control characters from names on the command line are shown escaped
+        sys.stderr.write("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("canary: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
+    except ValueError as exc:  # os.stat/open on a name with a NUL byte: bad input, not a crash
+        if "null" not in str(exc):
+            raise
+        sys.stderr.write("canary: a file name on the command line holds a NUL character\n")
+        return EXIT_BAD_INPUT
     except OSError as exc:  # unreadable files etc. that escaped a command's own checks
         sys.stderr.write(f"canary: {exc.strerror or exc}: {exc.filename or ''}\n")
         return EXIT_OPERATIONAL

@@ -36,6 +36,14 @@ class CanaryError(Exception):
         return self.message
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\r``, ``\\x1b``): a name from the command line or
+    a file may hold them, and a message must stay one line that a terminal shows as written."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return text
+    return "".join(c.encode("unicode_escape").decode("ascii") if ord(c) < 32 or ord(c) == 127 else c for c in text)
+
+
 class InputError(CanaryError):
     """Bad input: the message names the file, the field and the problem."""
 
@@ -47,9 +55,9 @@ class InputError(CanaryError):
         self.problem = problem
         where = []
         if file:
-            where.append(str(file))
+            where.append(printable(str(file)))
         if field:
-            where.append(f"field '{field}'")
+            where.append(f"field '{printable(field)}'")
         prefix = ": ".join(where)
         super().__init__(f"{prefix}: {problem}" if prefix else problem)
 

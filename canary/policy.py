@@ -7,10 +7,11 @@ any admission, naming the file and field.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from canary._model import Model, load_document
 from canary.errors import InputError
@@ -18,15 +19,25 @@ from canary.probe.budget import RiskBudget
 from canary.profile import WorkloadClass
 from canary.units import Bytes
 
+#: Evidence older than ten years is never fresh; a larger TTL is a typo (and overflows a date).
+MAX_EVIDENCE_TTL_S = 10 * 365 * 24 * 3600.0
+MAX_RESERVATION_LEASE_S = 30 * 24 * 3600.0
+DEFAULT_PROBE_HOSTS: tuple[str, ...] = ("127.0.0.1", "::1", "localhost")
+
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policies"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 WORKLOAD_CLASSES: tuple[WorkloadClass, ...] = ("online-inference", "batch", "training")
 
 
 class Policy(Model):
     name: str = Field(min_length=1)
     description: str = ""
-    memory_headroom_pct: float = Field(default=5.0, ge=0, le=50)
-    memory_headroom_bytes: Bytes = 0
+    memory_headroom_pct: float = Field(
+        default=5.0, ge=0, le=50,
+        description="HBM kept free, in percent of the device (the larger of this and memory_headroom_bytes): "
+        "fragmentation and context growth; operators keep 5-10% free and alert at 85%",
+    )
+    memory_headroom_bytes: Bytes = Field(default=0, description="HBM kept free in bytes, at least")
     assumed_driver_reserve_bytes: Bytes | None = Field(
         default=None,
         description="context/driver reserve per device when neither the snapshot nor the catalog knows it; "
@@ -35,15 +46,58 @@ class Policy(Model):
     per_context_overhead_bytes: Bytes = Field(
         default=0, description="memory a new CUDA context costs the candidate on top of its own peak"
     )
-    evidence_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0)
-    min_evidence_confidence: float = Field(default=0.9, gt=0, le=1)
-    allow_cross_driver_evidence: bool = False
-    cross_driver_confidence_factor: float = Field(default=0.5, gt=0, le=1)
-    on_unprofiled_resident: Literal["unknown", "reject"] = "unknown"
-    on_probe_inconclusive: Literal["unknown", "reject"] = "unknown"
-    reservation_lease_s: float = Field(default=3600.0, gt=0)
-    mps_default_active_thread_pct: int = Field(default=50, ge=1, le=100)
-    risk_budgets: dict[WorkloadClass, RiskBudget]
+    evidence_ttl_s: float = Field(
+        default=7 * 24 * 3600.0, gt=0, le=MAX_EVIDENCE_TTL_S,
+        description="how long evidence is trusted (at most ten years); also the longest life an imported "
+        "record may claim",
+    )
+    min_evidence_confidence: float = Field(
+        default=0.9, gt=0, le=1, description="cached safe evidence below this confidence is not enough to admit"
+    )
+    allow_cross_driver_evidence: bool = Field(
+        default=False, description="use evidence recorded under another driver (at reduced confidence)"
+    )
+    cross_driver_confidence_factor: float = Field(
+        default=0.5, gt=0, le=1, description="confidence multiplier for evidence from another driver"
+    )
+    on_unprofiled_resident: Literal["unknown", "reject"] = Field(
+        default="unknown", description="reject: refuse to place anything where stage 1 cannot see a resident's kernels"
+    )
+    on_probe_inconclusive: Literal["unknown", "reject"] = Field(
+        default="unknown", description="reject: treat a probe that ran out of budget as a no"
+    )
+    reservation_lease_s: float = Field(
+        default=3600.0, gt=0, le=MAX_RESERVATION_LEASE_S,
+        description="an admission's memory booking lapses after this unless renewed (at most 30 days)",
+    )
+    mps_default_active_thread_pct: int = Field(
+        default=50, ge=1, le=100, description="the candidate's MPS share when its profile does not say"
+    )
+    risk_budgets: dict[WorkloadClass, RiskBudget] = Field(
+        description="the bounds of a probe, per workload class of the resident (every class is required)"
+    )
+    # --- what workload files may make canary do (operator's choice; see docs/security.md) ----------
+    probe_hosts: tuple[str, ...] = Field(
+        default=DEFAULT_PROBE_HOSTS,
+        description="hosts a profile's or snapshot's monitor URL (metrics_url) and candidate endpoint may "
+        "name; anything else is refused before a request is sent. Loopback by default",
+    )
+    candidate_commands: tuple[str, ...] = Field(
+        default=(),
+        description="executables (argv[0], exactly as written in the profile) the process executor may "
+        "start; '*' allows any. Empty by default: a profile cannot make canary run a command",
+    )
+    candidate_cubin_dirs: tuple[str, ...] = Field(
+        default=(),
+        description="directories whose cubins the cuda executor may load (a profile's canary.cubin must lie "
+        "inside one, after links are resolved); '*' allows any. Empty by default: a profile cannot make "
+        "canary load GPU code",
+    )
+    candidate_environment: tuple[str, ...] = Field(
+        default=(),
+        description="names of variables of canary's own environment passed on to the candidate, beyond "
+        "PATH, the locale and the CUDA/MPS variables canary sets; canary's own CANARY_* variables never pass",
+    )
 
     @model_validator(mode="after")
     def _every_class_has_a_budget(self) -> Policy:
@@ -51,6 +105,24 @@ class Policy(Model):
         if missing:
             raise ValueError(f"risk_budgets lacks the workload class(es): {', '.join(missing)}")
         return self
+
+    @field_validator("candidate_environment")
+    @classmethod
+    def _no_canary_secrets(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if name.upper().startswith("CANARY_"):
+                raise ValueError(f"{name} is canary's own configuration and never passes to a candidate")
+        return names
+
+    @field_validator("probe_hosts")
+    @classmethod
+    def _hosts(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        for host in hosts:
+            if not host or any(c in host for c in "/@?#") or host != host.strip():
+                raise ValueError(f"{host!r} is not a host name or address (no scheme, path or port)")
+        return hosts
 
     def budget_for(self, workload_class: WorkloadClass) -> RiskBudget:
         return self.risk_budgets[workload_class]
@@ -74,3 +146,57 @@ def load_policy(name_or_path: str | Path | None = None) -> Policy:
             known = ", ".join(available_policies()) or "none found"
             raise InputError(f"no policy named '{ref}' (known: {known})", field="--policy")
     return load_document(Policy, path)
+
+
+def _shown(value: object, field: str) -> str:
+    from canary.units import format_bytes
+
+    if value is None:
+        return "unknown (`null`)"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if field.endswith("_bytes") and isinstance(value, int):
+        return "0" if value == 0 else format_bytes(value)
+    if isinstance(value, tuple):
+        return ", ".join(f"`{v}`" for v in value) or "none"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if field.endswith("_s") and isinstance(value, int) and value >= 86400 and value % 86400 == 0:
+        return f"{value // 86400} d"
+    if field.endswith("_s") and isinstance(value, int) and value >= 3600 and value % 3600 == 0:
+        return f"{value // 3600} h"
+    return f"`{value}`" if isinstance(value, str) else f"{value}"
+
+
+def reference_tables() -> str:
+    """The policy reference of ``docs/policies.md``, generated from the model and the shipped policy
+    files so the documentation cannot disagree with the code (a test compares them)."""
+    from pydantic_core import PydanticUndefined
+
+    shipped = [load_policy(name) for name in available_policies()]
+    names = [p.name for p in shipped]
+    lines = [
+        "| field | if a policy omits it | " + " | ".join(f"`{n}`" for n in names) + " | what it does |",
+        "|---|---|" + "---|" * len(names) + "---|",
+    ]
+    for field, info in Policy.model_fields.items():
+        if field in ("name", "description", "risk_budgets"):
+            continue
+        default = "required" if info.default is PydanticUndefined else _shown(info.default, field)
+        values = " | ".join(_shown(getattr(p, field), field) for p in shipped)
+        lines.append(f"| `{field}` | {default} | {values} | {info.description or ''} |")
+    lines += [
+        "",
+        "| policy | class | max probe time | max requests exposed | max resident slowdown | "
+        "required confidence | windows (baseline / sampling, minimum) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for policy in shipped:
+        for cls in WORKLOAD_CLASSES:
+            b = policy.budget_for(cls)
+            lines.append(
+                f"| `{policy.name}` | {cls} | {b.max_probe_time_s:g} s | {b.max_requests_exposed:,} | "
+                f"{b.max_resident_slowdown_pct:g}% | {b.required_confidence:g} | "
+                f"{b.baseline_window_s:g} s / {b.sampling_window_s:g} s, ≥ {b.min_windows} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -81,13 +81,15 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 def redact(url: str | URL) -> str:
-    """The URL without its password, for messages. An unparsable URL loses everything between
-    ``://`` and ``@`` rather than risk showing a secret."""
-    try:
-        parsed = url if isinstance(url, URL) else make_url(url)
-    except exc.ArgumentError:
-        return re.sub(r"//[^@/]*@", "//***@", str(url))
-    return parsed.render_as_string(hide_password=True)
+    """The URL without its password, for messages. A string is redacted as written (``redact_url``:
+    user-info, ``?password=`` and ``password=`` pairs, anywhere), never re-rendered, so a secret in an
+    odd place is not percent-encoded past the redaction; a parsed URL is rendered with its password
+    hidden, then redacted the same way."""
+    from evidence_store.location import redact_url
+
+    if isinstance(url, URL):
+        return redact_url(url.render_as_string(hide_password=True))
+    return redact_url(str(url))
 
 
 def normalize_url(url: str) -> URL:
@@ -95,11 +97,14 @@ def normalize_url(url: str) -> URL:
 
     Raises ``InputError`` for an unparsable URL or a database other than SQLite and PostgreSQL.
     """
+    from evidence_store.location import check_db_url
+
+    check_db_url(url)
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
     try:
         parsed = make_url(url)
-    except exc.ArgumentError as err:
+    except (exc.ArgumentError, ValueError) as err:
         raise InputError(f"not a database URL: {redact(url)}", field="--db") from err
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -370,6 +375,7 @@ def open_store(url: str | None = None, *, retry: RetryPolicy | None = None) -> E
 
 
 def _migrate(url: str | None, action: Callable[[Config], None], retry: RetryPolicy | None) -> None:
+    from alembic.util import CommandError
     # Foreign keys off on SQLite while migrating: batch mode rebuilds tables by copy-and-rename,
     # which a referencing table would otherwise block; the check after the run restores the guarantee.
     engine = make_engine(url, retry=retry, sqlite_foreign_keys=False)
@@ -388,14 +394,28 @@ def _migrate(url: str | None, action: Callable[[Config], None], retry: RetryPoli
                         )
     except exc.SQLAlchemyError as err:
         raise translate(err, engine.url) from err
+    except CommandError as err:  # an unknown or unreachable revision: nothing was migrated (rolled back)
+        raise InputError(f"{str(err).splitlines()[0]}; nothing was changed", field="REV") from err
     finally:
         engine.dispose()
+
+
+def check_revision(revision: str) -> None:
+    """Raise ``InputError`` unless ``revision`` is ``head``, ``heads``, ``base``, a relative step
+    (``-1``, ``+2``) or a revision this canary knows."""
+    if revision in ("head", "heads", "base") or re.fullmatch(r"[+-][1-9][0-9]{0,2}", revision):
+        return
+    script = _script_directory()
+    if not re.fullmatch(r"[0-9a-f]{4,40}", revision) or not _known_revision(script, revision):
+        known = ", ".join(sorted(r.revision for r in script.walk_revisions()))
+        raise InputError(f"unknown revision {revision[:60]!r} (known: head, base, -N, +N, {known})", field="REV")
 
 
 def upgrade(url: str | None = None, revision: str = "head", *, retry: RetryPolicy | None = None) -> None:
     """Migrate the store up to ``revision`` (default: the newest) in one transaction."""
     from alembic import command
 
+    check_revision(revision)
     _migrate(url, lambda config: command.upgrade(config, revision), retry)
 
 
@@ -403,6 +423,7 @@ def downgrade(url: str | None, revision: str, *, retry: RetryPolicy | None = Non
     """Migrate the store down to ``revision`` (``base`` removes every table) in one transaction."""
     from alembic import command
 
+    check_revision(revision)
     _migrate(url, lambda config: command.downgrade(config, revision), retry)
 
 

@@ -28,3 +28,80 @@ def sqlite_file(url: str) -> Path | None:
         return None
     path = url[len("sqlite:///") :].split("?", 1)[0]
     return None if path in ("", ":memory:") else Path(path)
+
+
+_SECRET_KEYS = ("password", "passwd", "pwd", "sslpassword", "passfile", "sslkey")
+
+
+def _hide_userinfo(part: str) -> str:
+    head, at, tail = part.rpartition("@")
+    if not at or ":" not in head:
+        return part
+    return f"{head.split(':', 1)[0]}:***@{tail}"
+
+
+def redact_url(text: str) -> str:
+    """``text`` (a store URL or a key=value connection string) with every password replaced by ``***``:
+    any ``password=…`` (query parameter or key=value pair, quoted or not) and any user-info password
+    (``user:secret@``, up to the last ``@``). Over-redacts rather than risk a secret. Stdlib only."""
+    import re
+
+    keys = "|".join(_SECRET_KEYS)
+    out = re.sub(rf"(?i)((?:{keys})\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&#\s;]*)", r"\1***", text)
+
+    def token(match: re.Match[str]) -> str:
+        scheme, sep, rest = match.group().partition("://")
+        return _hide_userinfo(scheme) + sep + _hide_userinfo(rest) if sep else _hide_userinfo(scheme)
+
+    return re.sub(r"\S+", token, out)
+
+
+def check_db_url(url: str) -> None:
+    """Refuse, before anything connects or creates a file, a store URL that cannot be what the user
+    meant: empty, a key=value connection string, an unparsable port, a database other than SQLite and
+    PostgreSQL, a SQLite URL with a host or user, or a SQLite file whose directory does not exist (only
+    the default store's directory is created). Raises ``InputError`` for ``--db`` with the password
+    redacted. Stdlib only: ``gpu-fit`` calls it without importing SQLAlchemy."""
+    from urllib.parse import urlsplit
+
+    from canary.errors import InputError
+
+    def bad(problem: str) -> InputError:
+        return InputError(problem, field="--db")
+
+    if not url.strip():
+        raise bad("is empty; give a store URL such as sqlite:///PATH or postgresql://USER@HOST/DB")
+    shown = redact_url(url)
+    if "://" not in url:
+        raise bad(f"not a URL (a key=value connection string is not accepted; use postgresql://…): {shown}")
+    if any(ord(c) < 32 for c in url):
+        raise bad(f"contains control characters: {shown!r}")
+    scheme = url.split("://", 1)[0].lower()
+    backend = scheme.split("+", 1)[0]
+    if backend not in ("sqlite", "postgresql", "postgres"):
+        raise bad(f"unsupported database in {shown}: use sqlite:///PATH or postgresql://…")
+    if backend == "sqlite":
+        rest = url.split("://", 1)[1]
+        if not rest.startswith("/") and rest not in ("",):
+            raise bad(f"a SQLite URL names a file, not a host or user: {shown} (use sqlite:///PATH)")
+        database = rest[1:].split("?", 1)[0] if rest else ""
+        if database in ("", ":memory:"):
+            return
+        path = Path(database)
+        if path == default_sqlite_path():
+            return
+        if not path.parent.is_dir():
+            raise bad(
+                f"directory {path.parent} of the SQLite store {path} does not exist "
+                "(only the default store's directory is created; check the path)"
+            )
+        if path.exists() and not path.is_file():
+            raise bad(f"{path} is not a regular file")
+        return
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise bad(f"cannot parse {shown}: {exc}") from None
+    if not parts.hostname and "host=" not in parts.query:
+        raise bad(f"no host in {shown}")

@@ -112,6 +112,8 @@ class Evidence(Base):
     superseded_by: Mapped[str | None] = mapped_column(String(36), ForeignKey("evidence.id"))
     revoked_reason: Mapped[str | None] = mapped_column(Text)
     stale_reason: Mapped[str | None] = mapped_column(Text)
+    # Imported records only: the file, the source the exporting store gave, and when it was imported.
+    origin: Mapped[str | None] = mapped_column(Text)
 
 
 class Certificate(Base):
@@ -206,6 +208,3 @@ class WarmQueue(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
-
-# The service's tables live in their own module; importing it here keeps Base.metadata complete.
-from evidence_store import serve_models as _serve_models  # noqa: E402, F401

@@ -89,6 +89,7 @@ def _evidence_out(row: Evidence) -> EvidenceOut:
         superseded_by=row.superseded_by,
         revoked_reason=row.revoked_reason,
         stale_reason=row.stale_reason,
+        origin=row.origin,
     )
 
 
@@ -424,7 +425,8 @@ def lookup(
     When ``allow_cross_driver`` and no same-driver record exists, other drivers' records are used with
     their confidence multiplied by ``cross_driver_confidence_factor`` and ``cross_driver=True``.
 
-    Pooling: the newest production SLO violation outweighs every record before it. The outcome is
+    Pooling: imported records (source ``import``) count only when the store has none of its own for
+    the key (of the driver pool chosen); then the newest production SLO violation outweighs every record before it. The outcome is
     ``unsafe`` if any remaining record is unsafe, else ``safe``. Its confidence is the highest
     confidence among the records with that outcome (each is a complete sequential test whose error
     guarantee holds alone; records are not assumed independent, so confidences are not multiplied).
@@ -473,6 +475,10 @@ def lookup(
             ),
         )
 
+    local = [r for r in pool if r.source != "import"]
+    ignored_imports = len(pool) - len(local) if local else 0
+    if local:  # imported evidence never outweighs this store's own for the same key
+        pool = local
     violations = [r for r in pool if r.source == "production" and r.outcome == "unsafe"]
     outweighed = 0
     if violations:
@@ -496,6 +502,8 @@ def lookup(
         reason = f"{len(deciding)} of {len(pool)} current record(s) found this pair unsafe (newest {_when(newest)})"
     else:
         reason = f"{len(deciding)} current record(s) found this pair safe (newest {_when(newest)})"
+    if ignored_imports:
+        reason += f"; {ignored_imports} imported record(s) set aside: this store's own evidence decides"
     if cross_driver:
         drivers = sorted({r.driver_version or "unknown" for r in deciding})
         reason += (
@@ -539,13 +547,25 @@ class ImportResult:
     conflicts: list[ImportConflict] = field(default_factory=list)
 
 
-def import_records(session: Session, records: Sequence[EvidenceOut]) -> ImportResult:
-    """Add exported records, never overwriting.
+def _imported(rec: EvidenceOut, origin: str) -> EvidenceOut:
+    """The record as this store keeps it: source ``import``, and where it came from."""
+    if rec.source == "import":
+        return rec if rec.origin else rec.model_copy(update={"origin": origin})
+    return rec.model_copy(update={"source": "import", "origin": f"{origin}; exported with source {rec.source}"})
 
-    A record whose probe id is already stored with the same content is left as it is (``unchanged``);
-    one with different content, or whose id belongs to another probe, is a conflict. When there is any
-    conflict nothing is inserted and the conflicts are returned, so the caller can report them and roll
-    back. Statuses and reasons are kept as exported; ``superseded_by`` is recomputed for every key touched.
+
+def import_records(
+    session: Session, records: Sequence[EvidenceOut], *, origin: str = "import"
+) -> ImportResult:
+    """Add exported records, never overwriting, each marked as imported.
+
+    Every record is stored with source ``import`` and ``origin`` (where it came from and the source the
+    exporting store gave it), so ``lookup`` never lets it outweigh this store's own evidence. A record
+    whose probe id is already stored with the same observation is left as it is (``unchanged``); one
+    with a different observation, or whose id belongs to another probe, is a conflict. When there is
+    any conflict nothing is inserted and the conflicts are returned, so the caller can report them and
+    roll back. Statuses and reasons are kept as exported; ``superseded_by`` is recomputed for every key
+    touched. The records must already have been checked (``evidence_store.import_check``).
     """
     conflicts: list[ImportConflict] = []
     to_insert: list[tuple[int, EvidenceOut]] = []
@@ -565,8 +585,9 @@ def import_records(session: Session, records: Sequence[EvidenceOut]) -> ImportRe
         existing = _by_probe_id(session, rec.probe_id)
         if existing is not None:
             stored = _evidence_out(existing)
-            stored_content = {"id": stored.id, **stored.as_input().content()}
-            given_content = {"id": rec.id, **rec.as_input().content()}
+            # The observation must agree; the source differs by design (this store marked it imported).
+            stored_content = {"id": stored.id, **stored.as_input().content(), "source": None}
+            given_content = {"id": rec.id, **rec.as_input().content(), "source": None}
             differing = _first_difference(stored_content, given_content)
             if differing is not None:
                 conflicts.append(
@@ -581,13 +602,14 @@ def import_records(session: Session, records: Sequence[EvidenceOut]) -> ImportRe
                 ImportConflict(index, rec.probe_id, "id", f"used by probe {other.probe_id}", rec.id)
             )
             continue
-        to_insert.append((index, rec))
+        to_insert.append((index, _imported(rec, origin)))
     if conflicts:
         return ImportResult(inserted=0, unchanged=0, conflicts=conflicts)
     for _, rec in to_insert:
         values = evidence_row_values(rec.as_input(), evidence_id=rec.id, status=rec.status)
         values["revoked_reason"] = rec.revoked_reason
         values["stale_reason"] = rec.stale_reason
+        values["origin"] = rec.origin
         session.add(Evidence(**values))
     session.flush()
     for digest in sorted({rec.key_digest for _, rec in to_insert}):

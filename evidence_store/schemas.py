@@ -122,6 +122,8 @@ class EvidenceOut(EvidenceIn):
     superseded_by: str | None = None
     revoked_reason: str | None = None
     stale_reason: str | None = None
+    origin: str | None = Field(default=None, max_length=1000)
+    """Imported records: where they came from (file, the exporting store's source, import time)."""
 
     def as_input(self) -> EvidenceIn:
         """The observation alone, without identity and lifecycle."""
@@ -195,7 +197,10 @@ class ReservationOut(_Frozen):
 
 
 class ExportHeader(_Frozen):
-    """The first line of an export file."""
+    """The first line of an export file. ``key_id`` (the first 16 hex digits of the sha256 of the fleet
+    key) is present when the file is signed; its last line is then ``{"hmac_sha256": "<hex>"}``, the
+    HMAC of every byte before that line under the key."""
 
     format: Literal["canary-evidence"]
     version: Literal[1]
+    key_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")

@@ -1,7 +1,7 @@
 """ORM models of the service's tables: the profile/snapshot registry, the probe queue, API tokens.
 
-Kept beside ``models.py`` (which imports this module at its end, so ``Base.metadata`` is complete for
-Alembic and the schema test). The migration ``2026-12-01_d81f3b6c2e94_serve`` builds these tables.
+Kept beside ``models.py``; ``evidence_store.metadata`` imports both, so its ``METADATA`` is complete for
+Alembic and the schema test. The migration ``2026-12-01_d81f3b6c2e94_serve`` builds these tables.
 
 The probe queue carries single flight and device exclusivity in the schema itself:
 

@@ -63,6 +63,25 @@ def enqueue(session: Session, *, run_id: str, pairs: Sequence[dict[str, Any]], n
     return int(after) - int(before)
 
 
+def check_same_pairs(session: Session, *, run_id: str, pairs: Sequence[dict[str, Any]]) -> None:
+    """Raise ``InputError`` when ``run_id`` was started with other pairs than ``pairs`` (another plan, or
+    the same plan edited since): every node of a run must work on one plan. A new run passes."""
+    rows = session.execute(
+        select(WarmQueue.position, WarmQueue.pair_json).where(WarmQueue.run_id == run_id).order_by(WarmQueue.position)
+    ).all()
+    if not rows:
+        return
+    stored = [dict(r.pair_json) for r in rows]
+    given = [dict(p) for p in pairs]
+    if stored != given:
+        first = next((i for i, (a, b) in enumerate(zip(stored, given, strict=False)) if a != b), min(len(stored), len(given)))
+        raise InputError(
+            f"fleet run {run_id!r} was started with a different plan ({len(stored)} pair(s); this plan has "
+            f"{len(given)}, first difference at pair {first + 1}); use the run's plan or another --run-id",
+            field="--run-id",
+        )
+
+
 def claim(session: Session, *, run_id: str, owner: str, lease_s: float, now: datetime) -> WarmItem | None:
     """Lease the first queued (or lease-expired) pair of the run, skipping rows another node holds
     locked; ``None`` when nothing is left to do."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from evidence_store.models import Base
+from evidence_store.metadata import METADATA
 
-target_metadata = Base.metadata
+target_metadata = METADATA
 
 
 def _run(connection: Connection) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from canary.errors import DeviceUnavailable, InputError
 from canary.snapshot import DeviceSnapshot, Measured, Telemetry
@@ -75,12 +74,10 @@ def read_scrape(
     elif "\n" in source:
         text, where = source, "(scrape text)"
     else:
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(
-                f"cannot read dcgm-exporter scrape: {exc.strerror or exc}", file=source
-            ) from None
+        from canary._model import read_text_limited
+
+        # A regular UTF-8 file of bounded size; a binary file or a device is bad input, not a traceback.
+        text = read_text_limited(source, what="a dcgm-exporter metrics file")
     when = observed_at or dt.datetime.now(dt.UTC)
 
     values: dict[str, float] = {}

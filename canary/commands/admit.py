@@ -107,8 +107,14 @@ def run_admit(args: argparse.Namespace) -> int:
 
 
 def run_feedback(args: argparse.Namespace) -> int:
-    from canary.admission import load_request, record_feedback, utcnow
+    import math
 
+    from canary.admission import load_request, record_feedback, utcnow
+    from canary.errors import UsageError
+
+    if args.slowdown_pct is not None and not (math.isfinite(args.slowdown_pct) and -100 <= args.slowdown_pct <= 10000):
+        raise UsageError(f"{args.slowdown_pct} is not a slowdown in percent (a finite number, -100 … 10000)",
+                         field="--slowdown-pct")
     req = load_request(args.device, args.profile, resident_paths=tuple(args.resident),
                        regime=args.regime, policy_ref=args.policy)
     evidence_id = record_feedback(req, resident_name=args.resident_name, db_url=args.db,

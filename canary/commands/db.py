@@ -32,6 +32,8 @@ def add_parser(subparsers: Any) -> None:
         "downgrade", help="migrate the store down to REV (default: one step; 'base' = empty)"
     )
     down.add_argument("revision", nargs="?", default="-1", metavar="REV")
+    down.add_argument("--yes", action="store_true",
+                      help="do it (without: say which revisions and how many rows it would remove)")
     down.set_defaults(handler=run_downgrade)
 
 
@@ -61,9 +63,37 @@ def run_current(args: argparse.Namespace) -> int:
     return EXIT_ADMIT
 
 
-def run_downgrade(args: argparse.Namespace) -> int:
-    from evidence_store.engine import downgrade
+def _rows_at_risk(url: str | None) -> str:
+    """Rows of every canary table in the store (what a downgrade to base would drop)."""
+    from sqlalchemy import inspect, text
 
+    from evidence_store.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = sorted(t for t in inspect(conn).get_table_names() if t != "alembic_version")
+            counts = [(t, conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar() or 0) for t in tables]
+    finally:
+        engine.dispose()
+    return ", ".join(f"{t} {n} row(s)" for t, n in counts) or "no tables"
+
+
+def run_downgrade(args: argparse.Namespace) -> int:
+    from canary.errors import UsageError
+    from evidence_store.engine import check_revision, current, downgrade, redact
+    from evidence_store.location import default_db_url
+
+    check_revision(args.revision)
+    if not args.yes:
+        at = ", ".join(current(args.db)) or "no schema"
+        where = redact(args.db or default_db_url())
+        raise UsageError(
+            f"would migrate {where} down from revision {at} to {args.revision}; a downgrade drops the tables "
+            f"and columns the newer revisions added, with their rows (the store now holds: "
+            f"{_rows_at_risk(args.db)}); add --yes to do it",
+            field="--yes",
+        )
     downgrade(args.db, args.revision)
     sys.stdout.write(_describe(args.db) + "\n")
     return EXIT_ADMIT

@@ -9,6 +9,7 @@ different content is a conflict and nothing is imported.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -41,6 +42,7 @@ def add_parser(subparsers: Any) -> None:
 
     exp = sub.add_parser("expire", help="mark current records stale (all, or those created before a time)")
     exp.add_argument("--before", metavar="ISO", help="only records created before this time (with a zone)")
+    exp.add_argument("--yes", action="store_true", help="do it (without: say how many records it would mark)")
     exp.set_defaults(handler=run_expire)
 
     rev = sub.add_parser("revoke", help="revoke one record, with a reason")
@@ -48,12 +50,21 @@ def add_parser(subparsers: Any) -> None:
     rev.add_argument("--why", required=True, metavar="TEXT", help="why the record must not be used")
     rev.set_defaults(handler=run_revoke)
 
-    ex = sub.add_parser("export", help="write every record to FILE (JSON lines)")
-    ex.add_argument("file", metavar="FILE")
+    ex = sub.add_parser("export", help="write every record to FILE (JSON lines; '-' for standard output)")
+    ex.add_argument("file", metavar="FILE", help="a regular file (replaced atomically) or '-'")
+    ex.add_argument("--key", metavar="KEYFILE",
+                    help="sign the file with this fleet key (default: $CANARY_FLEET_KEY_FILE; unsigned without)")
     ex.set_defaults(handler=run_export)
 
-    im = sub.add_parser("import", help="add the records of FILE (all or nothing; never overwrites)")
+    im = sub.add_parser(
+        "import",
+        help="add the records of FILE (all or nothing; never overwrites; checked against the policy; "
+        "marked imported, never outweighing this store's own evidence)",
+    )
     im.add_argument("file", metavar="FILE")
+    im.add_argument("--policy", help="policy the records are checked against (default: default)")
+    im.add_argument("--key", metavar="KEYFILE",
+                    help="accept only files signed with this fleet key (default: $CANARY_FLEET_KEY_FILE)")
     im.set_defaults(handler=run_import)
 
 
@@ -65,10 +76,10 @@ def run_list(args: argparse.Namespace) -> int:
     from evidence_store.models import Evidence
     from evidence_store.repository import list_evidence
 
-    if args.limit < 0:
+    if not 0 <= args.limit <= 10**9:
         from canary.errors import UsageError
 
-        raise UsageError("must be 0 (all) or more", field="--limit")
+        raise UsageError("must be 0 (all) or a count up to 10**9", field="--limit")
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
         records = list_evidence(
             session,
@@ -165,6 +176,23 @@ def run_expire(args: argparse.Namespace) -> int:
     from evidence_store.repository import expire
 
     before = parse_time(args.before, field="--before") if args.before else None
+    if not args.yes:
+        from sqlalchemy import func, select
+
+        from canary.errors import UsageError
+        from evidence_store.models import Evidence
+
+        query = select(func.count()).select_from(Evidence).where(Evidence.status == "current")
+        if before is not None:
+            query = query.where(Evidence.created_at < before)
+        with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+            would = session.scalar(query) or 0
+        scope = f"created before {args.before}" if before is not None else "(every current record)"
+        raise UsageError(
+            f"would mark {would} current record(s) {scope} stale, so no admission can use them; "
+            "add --yes to do it",
+            field="--yes",
+        )
     with store(args.db) as engine, session_scope(engine) as session:
         count = expire(session, before=before)
     sys.stdout.write(f"{count} record(s) marked stale\n")
@@ -186,29 +214,45 @@ def run_revoke(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evidence_store.cli_support import store, write_export
+    from evidence_store.cli_support import check_export_target, read_fleet_key, store, write_export
     from evidence_store.engine import session_scope
     from evidence_store.repository import iter_evidence
 
-    path = Path(args.file)
+    key = read_fleet_key(args.key)
+    path = None if args.file == "-" else Path(args.file)
+    if path is not None:
+        check_export_target(Path(os.path.abspath(path)))  # before the store is opened
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
-        count = write_export(path, iter_evidence(session))
-    sys.stdout.write(f"exported {count} record(s) to {path}\n")
+        count = write_export(path, iter_evidence(session), key=key)
+    # The count goes to stderr when the records go to stdout, so a pipe gets only the export.
+    (sys.stderr if path is None else sys.stdout).write(f"exported {count} record(s) to {path or 'standard output'}\n")
     return EXIT_ADMIT
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
     from pathlib import Path
 
     from canary.errors import InputError
-    from evidence_store.cli_support import read_export, store
+    from canary.policy import load_policy
+    from evidence_store.cli_support import key_id, read_export, read_fleet_key, store
     from evidence_store.engine import session_scope
+    from evidence_store.import_check import check_record
     from evidence_store.repository import import_records
 
     path = Path(args.file)
-    numbered = read_export(path)
+    policy = load_policy(args.policy)
+    key = read_fleet_key(args.key)
+    numbered = read_export(path, key=key)
+    now = datetime.now(UTC)
+    max_slowdown_pct = max(b.max_resident_slowdown_pct for b in policy.risk_budgets.values())
+    for line, rec in numbered:
+        check_record(rec, line=line, file=str(path), max_slowdown_pct=max_slowdown_pct,
+                     min_confidence=policy.min_evidence_confidence, ttl_s=policy.evidence_ttl_s, now=now)
+    signed = f", signed by fleet key {key_id(key)}" if key is not None else ""
+    origin = f"file {path.name} imported {now.strftime('%Y-%m-%dT%H:%M:%SZ')}{signed}"
     with store(args.db) as engine, session_scope(engine) as session:
-        result = import_records(session, [rec for _, rec in numbered])
+        result = import_records(session, [rec for _, rec in numbered], origin=origin)
         if result.conflicts:
             shown = result.conflicts[:5]
             lines = [

@@ -88,6 +88,11 @@ def run_warm(args: argparse.Namespace) -> int:
         from canary._model import validate_document
 
         plan = validate_document(type(plan), {**plan.model_dump(mode="json"), **updates}, file=args.plan)
+    if args.run_id is not None and not args.run_id.strip():
+        from canary.errors import UsageError
+
+        raise UsageError("must not be empty", field="--run-id")
+    check_plan(plan, args.plan)  # every pair's files load before the store is touched
 
     async def go() -> Any:
         if args.fleet:
@@ -102,6 +107,19 @@ def run_warm(args: argparse.Namespace) -> int:
     if report.queue is not None and not args.json:
         sys.stdout.write("fleet run: " + ", ".join(f"{k} {v}" for k, v in sorted(report.queue.items())) + "\n")
     return 4 if report.count("error") else 0
+
+
+def check_plan(plan: Any, plan_file: str) -> None:
+    """Load every pair of the plan (device, profiles, policy) so a bad file is exit 2 before anything is
+    written; the message names the pair."""
+    from canary.errors import InputError
+    from canary.jobs.warm import load_pair
+
+    for index, pair in enumerate(plan.pairs):
+        try:
+            load_pair(pair, check_probe=True)
+        except InputError as exc:
+            raise InputError(f"pair {index + 1}: {exc}", file=plan_file) from None
 
 
 def _default_run_id(plan_path: str, name: str) -> str:
@@ -121,12 +139,24 @@ def run_revalidate(args: argparse.Namespace) -> int:
     from canary.jobs.plan import load_plan
     from canary.jobs.warm import WarmReport, attach_old_evidence, mark_stale, warm_async
 
-    stale = mark_stale(args.db, driver=args.driver, device_type=args.device_type, now=utcnow())
-    if not args.plan:
+    # Everything that can be bad input is checked before a single record is marked stale.
+    device_type = None
+    if args.device_type is not None:
+        from canary.catalog import lookup
+
+        device_type = lookup(args.device_type).name
+    if not args.driver.strip():
+        from canary.errors import UsageError
+
+        raise UsageError("must name the driver version now installed", field="--driver")
+    plan = load_plan(args.plan) if args.plan else None
+    if plan is not None:
+        check_plan(plan, args.plan)
+    stale = mark_stale(args.db, driver=args.driver, device_type=device_type, now=utcnow())
+    if plan is None:
         sys.stdout.write(f"{stale} evidence record(s) recorded under another driver are now stale; "
                          "run `canary warm PLAN` (or revalidate --plan) to re-probe the hot pairs\n")
         return 0
-    plan = load_plan(args.plan)
 
     async def go() -> WarmReport:
         return await warm_async(plan, db_url=args.db, seed=args.seed, driver=args.driver, progress=_progress)

@@ -10,14 +10,18 @@
         candidate: ../profiles/embedding-service.yaml
         residents: []     # extra resident profiles, as `--resident`
         regime: null      # as `--regime`; null follows the device
-        policy: null      # as `--policy`
+        policy: null      # a policy name from policies/ (as `--policy NAME`)
+
+A plan is data (docs/security.md): it names a policy from the operator's ``policies/`` folder, never
+a policy file of its own, since a policy decides what a probe may contact and run.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from canary._model import Model, load_document
 
@@ -28,6 +32,13 @@ class PlannedPair(Model):
     residents: tuple[str, ...] = ()
     regime: str | None = None
     policy: str | None = None
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_by_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", value):
+            raise ValueError("a plan names a policy from policies/ (e.g. 'batch'), not a file")
+        return value
 
 
 class WarmPlan(Model):
@@ -53,7 +64,6 @@ def load_plan(path: str | Path) -> WarmPlan:
             "device": _resolve(base, p.device),
             "candidate": _resolve(base, p.candidate),
             "residents": tuple(_resolve(base, r) for r in p.residents),
-            "policy": _resolve(base, p.policy) if p.policy and Path(p.policy).suffix else p.policy,
         })
         for p in plan.pairs
     )

@@ -12,6 +12,7 @@ are probed again under the new driver, and a drift report puts old and new slowd
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 from collections.abc import Callable
@@ -75,10 +76,21 @@ def _with_driver(req: Request, driver: str | None) -> Request:
     return build_request(device, req.candidate, req.policy, regime=str(req.regime))
 
 
+def load_pair(pair: PlannedPair, *, check_probe: bool = False) -> Request:
+    """The pair's admission request; with ``check_probe``, also the URLs and commands its probe would
+    use, against its policy. Raises ``InputError`` for a bad file or a refused URL or command."""
+    req = load_request(pair.device, pair.candidate, resident_paths=pair.residents, regime=pair.regime,
+                       policy_ref=pair.policy)
+    if check_probe:
+        from canary.probe.factory import check_request
+
+        check_request(req)
+    return req
+
+
 async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, driver: str | None,
                     deadline: float) -> PairOutcome:
-    req = _with_driver(load_request(pair.device, pair.candidate, resident_paths=pair.residents,
-                                    regime=pair.regime, policy_ref=pair.policy), driver)
+    req = _with_driver(load_pair(pair), driver)
     label = _label(req)
     if time.monotonic() >= deadline:
         return PairOutcome(index, label, "skipped-budget", "the job's time budget ran out before this pair")
@@ -114,9 +126,12 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
     report = WarmReport(plan=plan.name, budget_s=plan.budget_s)
     started = time.monotonic()
     deadline = started + plan.budget_s
+    pairs_json = [p.model_dump(mode="json") for p in plan.pairs]
     with session_scope(engine) as session:
-        warm_queue.enqueue(session, run_id=run_id, pairs=[p.model_dump(mode="json") for p in plan.pairs],
-                           now=_utcnow())
+        # A run is one plan: a node whose plan differs from the run's is refused before it adds or
+        # claims anything (nodes used to index their own plan by the run's queue positions).
+        warm_queue.check_same_pairs(session, run_id=run_id, pairs=pairs_json)
+        warm_queue.enqueue(session, run_id=run_id, pairs=pairs_json, now=_utcnow())
     results: list[PairOutcome] = []
 
     async def worker(n: int) -> None:
@@ -126,7 +141,16 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
                 item = warm_queue.claim(session, run_id=run_id, owner=owner, lease_s=lease_s, now=_utcnow())
             if item is None:
                 return
-            pair = plan.pairs[item.position]
+            try:
+                # The queue row carries the pair itself; this node's plan is not indexed by position.
+                pair = PlannedPair.model_validate_json(json.dumps(item.pair_json))
+            except ValueError as exc:
+                outcome = PairOutcome(item.position, f"queue item {item.id}", "error", f"not a planned pair: {exc}")
+                with session_scope(engine) as session:
+                    warm_queue.finish(session, item, state="failed", result_json=dict(outcome.__dict__),
+                                      now=_utcnow())
+                results.append(outcome)
+                continue
             try:
                 outcome = await _warm_one(item.position, pair, engine=engine, seed=seed, driver=driver,
                                           deadline=deadline)

@@ -1,15 +1,128 @@
-"""Build the executor and monitor a profile asks for (``canary.executor`` / ``canary.monitor``)."""
+"""Build the executor and monitor a profile asks for (``canary.executor`` / ``canary.monitor``).
+
+Profiles and snapshots are data from people who may be careless or hostile (docs/security.md): they
+may choose *which* of the operator's allowed endpoints and commands a probe uses, never *what* canary
+contacts or runs. Before anything is built, every URL a profile names (``endpoint``,
+``metrics_url``) must be ``http``/``https`` on a host of the policy's ``probe_hosts`` (loopback by
+default), and a ``process`` executor's command must start with an executable the policy's
+``candidate_commands`` lists (none by default), and a ``cuda`` executor's cubin must lie in a
+directory of ``candidate_cubin_dirs`` (none by default). A refusal is an ``InputError`` (exit 2) naming the
+profile field; nothing was contacted or started.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from canary.errors import ProbeError
+from canary.errors import InputError, ProbeError
 
 if TYPE_CHECKING:
     from canary.policy import Policy
     from canary.probe.interfaces import Executor, Monitor
     from canary.profile import WorkloadProfile
+
+
+def _default_policy() -> Policy:
+    from canary.policy import load_policy
+
+    return load_policy("default")
+
+
+def _host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
+    host = host.lower().rstrip(".")
+    for entry in allowed:
+        entry = entry.lower().rstrip(".")
+        if host == entry:
+            return True
+        try:
+            if ipaddress.ip_address(host) == ipaddress.ip_address(entry):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def check_url(profile: WorkloadProfile, field: str, url: str, policy: Policy) -> None:
+    """Raise ``InputError`` unless ``url`` is http(s) on a host of ``policy.probe_hosts`` (no credentials)."""
+    where = f"canary.{field}"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InputError(f"profile {profile.name!r}: not a URL ({exc})", field=where) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"profile {profile.name!r}: {url!r} is not an http(s) URL with a host", field=where)
+    if parts.username is not None or parts.password is not None:
+        raise InputError(f"profile {profile.name!r}: a URL in a profile may not carry credentials", field=where)
+    if port == 0:
+        raise InputError(f"profile {profile.name!r}: port 0 in {url!r}", field=where)
+    if not _host_allowed(parts.hostname, policy.probe_hosts):
+        raise InputError(
+            f"profile {profile.name!r}: host {parts.hostname!r} is not in policy {policy.name!r} probe_hosts "
+            f"({', '.join(policy.probe_hosts) or 'none'}); an operator must allow it",
+            field=where,
+        )
+
+
+def check_command(profile: WorkloadProfile, command: tuple[str, ...], policy: Policy) -> None:
+    """Raise ``InputError`` unless ``command[0]`` is in ``policy.candidate_commands`` (or it holds ``*``)."""
+    allowed = policy.candidate_commands
+    if "*" in allowed or (command and command[0] in allowed):
+        return
+    shown = command[0] if command else "(empty)"
+    raise InputError(
+        f"profile {profile.name!r}: executable {shown!r} is not in policy {policy.name!r} candidate_commands "
+        f"({', '.join(allowed) or 'none'}); an operator must allow it",
+        field="canary.command",
+    )
+
+
+def check_cubin(profile: WorkloadProfile, cubin: str, policy: Policy) -> None:
+    """Raise ``InputError`` unless ``cubin`` (links resolved) lies in a directory of
+    ``policy.candidate_cubin_dirs`` (or it holds ``*``)."""
+    from pathlib import Path
+
+    allowed = policy.candidate_cubin_dirs
+    if "*" in allowed:
+        return
+    target = Path(cubin).resolve()
+    for entry in allowed:
+        if target.is_relative_to(Path(entry).resolve()):
+            return
+    raise InputError(
+        f"profile {profile.name!r}: cubin {cubin!r} is not inside a directory of policy {policy.name!r} "
+        f"candidate_cubin_dirs ({', '.join(allowed) or 'none'}); an operator must allow it",
+        field="canary.cubin",
+    )
+
+
+def check_profile(profile: WorkloadProfile, policy: Policy, *, as_candidate: bool) -> None:
+    """Every URL and command the profile's ``canary`` section names, checked against the policy."""
+    spec = profile.canary
+    if spec is None:
+        return
+    uses_endpoint = (as_candidate and spec.executor == "process") or (not as_candidate and spec.monitor == "http")
+    if spec.endpoint and uses_endpoint:
+        check_url(profile, "endpoint", spec.endpoint, policy)
+        # The URLs really requested are endpoint + path: a path such as "@169.254.169.254/" would turn
+        # the endpoint's host into user-info, so the joined URL is checked too.
+        base = spec.endpoint.rstrip("/")
+        paths = [("request_path", spec.request_path)]
+        if as_candidate and spec.ready_path is not None:
+            paths.append(("ready_path", spec.ready_path))
+        for field, path in paths:
+            if not path.startswith("/") or any(c in path for c in "\\\r\n\t "):
+                raise InputError(f"profile {profile.name!r}: {path!r} must be a path starting with '/'",
+                                 field=f"canary.{field}")
+            check_url(profile, field, base + path, policy)
+    if not as_candidate and spec.monitor == "prometheus" and spec.metrics_url:
+        check_url(profile, "metrics_url", spec.metrics_url, policy)
+    if as_candidate and spec.executor == "process":
+        check_command(profile, spec.command or (), policy)
+    if as_candidate and spec.executor == "cuda":
+        check_cubin(profile, spec.cubin or "", policy)
 
 
 def make_executor(
@@ -19,6 +132,14 @@ def make_executor(
     ``canary`` section). Raises ``ProbeError`` when it cannot be built (no simulated device for
     ``sim``, the ``cuda`` executor not installed)."""
     kind = candidate_profile.canary.executor if candidate_profile.canary else "sim"
+    executor = _build_executor(kind, candidate_profile, policy=policy, sim_device=sim_device)
+    # Building one starts and contacts nothing; it is refused before it is returned, so an incomplete
+    # profile is still told what it lacks first.
+    check_profile(candidate_profile, policy, as_candidate=True)
+    return executor
+
+
+def _build_executor(kind: str, candidate_profile: WorkloadProfile, *, policy: Policy, sim_device: Any) -> Executor:
     if kind == "sim":
         if sim_device is None:
             raise ProbeError(f"profile {candidate_profile.name!r}: executor 'sim' needs a simulated device")
@@ -28,7 +149,11 @@ def make_executor(
     if kind == "process":
         from canary.probe.executors.process import ProcessExecutor
 
-        return ProcessExecutor(candidate_profile, mps_active_thread_pct=policy.mps_default_active_thread_pct)
+        return ProcessExecutor(
+            candidate_profile,
+            mps_active_thread_pct=policy.mps_default_active_thread_pct,
+            environment_passthrough=policy.candidate_environment,
+        )
     if kind == "cuda":
         import importlib
 
@@ -49,14 +174,18 @@ def make_executor(
 def make_monitor(
     resident_profile: WorkloadProfile,
     *,
+    policy: Policy | None = None,
     sim_device: Any | None = None,
     sim_resident_handle: str | None = None,
 ) -> Monitor:
     """The resident's monitor, by ``resident.canary.monitor`` (``sim`` without a ``canary`` section).
 
     For ``sim``, ``sim_resident_handle`` names the resident already placed on ``sim_device``; without
-    it the monitor places the resident itself when the probe opens it and removes it at the end."""
+    it the monitor places the resident itself when the probe opens it and removes it at the end.
+    ``policy`` says which hosts the monitor may contact (``None``: the default policy, loopback only);
+    ``InputError`` when the profile names another."""
     kind = resident_profile.canary.monitor if resident_profile.canary else "sim"
+    check_profile(resident_profile, policy if policy is not None else _default_policy(), as_candidate=False)
     if kind == "sim":
         if sim_device is None:
             raise ProbeError(f"profile {resident_profile.name!r}: monitor 'sim' needs a simulated device")
@@ -72,3 +201,12 @@ def make_monitor(
 
         return PrometheusMonitor(resident_profile)
     raise ProbeError(f"profile {resident_profile.name!r}: unknown monitor {kind!r}")
+
+
+def check_request(req: Any) -> None:
+    """Before an admission that may probe touches the store: the candidate's and every profiled
+    resident's URLs and commands, against the request's policy (``InputError`` naming the profile)."""
+    check_profile(req.candidate, req.policy, as_candidate=True)
+    for resident in req.snapshot.residents:
+        if resident.profile is not None:
+            check_profile(resident.profile, req.policy, as_candidate=False)

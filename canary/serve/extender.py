@@ -26,14 +26,21 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from canary.certificate import Certificate
 from canary.errors import CanaryError
-from canary.serve.app import Svc
 
 MAX_EXTENDER_PRIORITY = 10
+
+
+def _service(request: Request) -> Any:
+    """The app's ``Service`` (typed loosely here: importing ``canary.serve.app`` would close a cycle)."""
+    return request.app.state.service
+
+
+Svc = Annotated[Any, Depends(_service)]
 
 
 class _K8s(BaseModel):

@@ -9,6 +9,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -46,11 +47,14 @@ def test_sigkilled_admit_leaves_an_orphan_that_recover_cleans_up(tmp_path: Path)
         cand = _write(tmp_path / "candidate.yaml", candidate_profile(candidate_port, "--burners", "1"))
         env = cli_env(tmp_path)
         db = tmp_path / "evidence.sqlite3"
+        policy = tmp_path / "policy.yaml"  # the operator allows the test's candidate command
+        policy.write_text((Path(__file__).resolve().parents[2] / "policies" / "default.yaml").read_text()
+                          + f"candidate_commands: [{json.dumps(sys.executable)}]\n")
         # Output to files, not pipes: nobody reads them while it runs, and a full pipe would stall it.
         out_path, err_path = tmp_path / "admit.stdout", tmp_path / "admit.stderr"
         with out_path.open("wb") as out, err_path.open("wb") as err:
-            admit = subprocess.Popen([*canary_cmd(), "admit", "h100", cand, "--resident", res], env=env,
-                                     stdout=out, stderr=err, start_new_session=True)
+            admit = subprocess.Popen([*canary_cmd(), "admit", "h100", cand, "--resident", res, "--policy", str(policy)],
+                                     env=env, stdout=out, stderr=err, start_new_session=True)
         try:
             deadline = time.monotonic() + 60
             running = None

@@ -128,12 +128,12 @@ def test_catalog_cache_round_trips_and_survives_corruption(tmp_path, monkeypatch
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     catalog.all_devices.cache_clear()
     first = catalog.all_devices()
-    cached = list(tmp_path.glob("canary/catalog-*.pickle"))
+    cached = list(tmp_path.glob("canary/catalog-*.json"))
     assert len(cached) == 1
     catalog.all_devices.cache_clear()
     assert catalog.all_devices() == first
-    cached[0].write_bytes(b"not a pickle")
+    cached[0].write_bytes(b"not json {")
     catalog.all_devices.cache_clear()
     assert catalog.all_devices() == first
-    assert cached[0].read_bytes() != b"not a pickle"
+    assert cached[0].read_bytes() != b"not json {"
     catalog.all_devices.cache_clear()

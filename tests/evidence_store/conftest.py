@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Engine
 
 from evidence_store.engine import make_engine, upgrade
-from evidence_store.models import Base
+from evidence_store.metadata import METADATA
 from tests.evidence_store.evidence_store_testkit import FAST_RETRY
 
 PG_HOST = os.environ.get("CANARY_TEST_PG_HOST", "127.0.0.1")
@@ -56,7 +56,7 @@ class PgServer:
         if self.shared is None:
             self.shared = self.create()
             upgrade(self.shared)
-        tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+        tables = ", ".join(f'"{t.name}"' for t in METADATA.sorted_tables)
         import psycopg
 
         with psycopg.connect(self.shared, autocommit=True) as conn:

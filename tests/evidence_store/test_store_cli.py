@@ -79,7 +79,11 @@ def test_db_cycle_on_both_backends(cli: Run, empty_url: str) -> None:
     assert code == 0 and "no schema" in out
     code, out, _ = cli("--db", empty_url, "db", "upgrade")
     assert code == 0 and "(head)" in out
-    code, out, _ = cli("--db", empty_url, "db", "downgrade")
+    code, _, err = cli("--db", empty_url, "db", "downgrade")
+    assert code == 2 and "would migrate" in err and "--yes" in err and "evidence 0 row(s)" in err
+    code, out, _ = cli("--db", empty_url, "db", "current")
+    assert "(head)" in out  # asking changed nothing
+    code, out, _ = cli("--db", empty_url, "db", "downgrade", "--yes")
     assert code == 0 and "not at head" in out
     code, _, err = cli("--db", empty_url, "evidence", "list")
     assert code == 4 and "run canary db upgrade" in err
@@ -127,7 +131,9 @@ def test_expire_and_revoke(cli: Run, sqlite_url: str) -> None:
     _, b, _ = _fill(sqlite_url)
     code, _, err = cli("--db", sqlite_url, "evidence", "expire", "--before", "2026-11-30T06:30:00")
     assert code == 2 and "no time zone" in err and "--before" in err
-    code, out, _ = cli("--db", sqlite_url, "evidence", "expire", "--before", "2026-11-30T06:30:00Z")
+    code, _, err = cli("--db", sqlite_url, "evidence", "expire", "--before", "2026-11-30T06:30:00Z")
+    assert code == 2 and "would mark 2 current record(s)" in err and "--yes" in err
+    code, out, _ = cli("--db", sqlite_url, "evidence", "expire", "--before", "2026-11-30T06:30:00Z", "--yes")
     assert code == 0 and out.startswith("2 record(s)")
     code, out, _ = cli("--db", sqlite_url, "evidence", "revoke", b, "--why", "load generator misconfigured")
     assert code == 0 and b in out
@@ -152,7 +158,11 @@ def test_export_import_round_trip_and_conflicts(cli: Run, sqlite_url: str, tmp_p
     assert code == 0 and "imported 3" in out
     code, out, _ = cli("--db", target, "evidence", "list", "--json")
     _, source_out, _ = cli("--db", sqlite_url, "evidence", "list", "--json")
-    assert json.loads(out) == json.loads(source_out)  # lossless, statuses and chain included
+    imported, exported = json.loads(out), json.loads(source_out)
+    for rec, original in zip(imported, exported, strict=True):  # marked imported, with where it came from
+        assert rec.pop("source") == "import" and original.pop("source") != "import"
+        assert f"file {dump.name} imported" in rec.pop("origin") and original.pop("origin") is None
+    assert imported == exported  # otherwise lossless, statuses and chain included
     code, out, _ = cli("--db", target, "evidence", "import", str(dump))
     assert code == 0 and "imported 0" in out and "3 already present" in out
 
@@ -222,7 +232,7 @@ def test_bad_import_files_are_exit_2_naming_file_line_field(
 
 def test_import_of_a_missing_file_names_it(cli: Run, sqlite_url: str, tmp_path: Path) -> None:
     code, _, err = cli("--db", sqlite_url, "evidence", "import", str(tmp_path / "nope.jsonl"))
-    assert code == 2 and "nope.jsonl" in err and "cannot read" in err
+    assert code == 2 and "nope.jsonl" in err and "file not found" in err
 
 
 def test_reservations_list_and_release(cli: Run, sqlite_url: str) -> None:

@@ -62,7 +62,10 @@ def test_urls_map_to_supported_drivers(given: str, driver: str) -> None:
     [
         ("mysql://u@h/db", "unsupported database"),
         ("postgresql+psycopg2://u@h/db", "not supported"),
-        ("not a url", "not a database URL"),
+        ("not a url", "not a URL"),
+        ("postgresql://u:pw@h:abc/db", "cannot parse"),
+        ("", "is empty"),
+        ("sqlite://u:pw@h/x.db", "names a file"),
     ],
 )
 def test_bad_urls_are_input_errors(given: str, problem: str) -> None:
@@ -94,11 +97,18 @@ def test_unreachable_store_names_the_url_without_password_after_retries() -> Non
     assert info.value.exit_code == 4
 
 
-def test_sqlite_in_missing_directory_is_unavailable_not_retried(tmp_path: Path) -> None:
+def test_sqlite_in_missing_directory_is_bad_input_and_creates_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir' / 'e.sqlite3'}"
-    with pytest.raises(StoreUnavailable, match="unable to open database file") as info:
+    with pytest.raises(InputError, match="does not exist") as info:
         make_engine(url, retry=FAST_RETRY)
-    assert "attempts" not in str(info.value)  # not transient: no retry
+    assert info.value.field == "--db"
+    assert not (tmp_path / "no").exists()
+
+
+def test_unopenable_sqlite_file_is_unavailable_not_retried(tmp_path: Path) -> None:
+    (tmp_path / "e.sqlite3").mkdir()  # a directory where the file should be
+    with pytest.raises(InputError, match="not a regular file"):
+        make_engine(f"sqlite:///{tmp_path / 'e.sqlite3'}", retry=FAST_RETRY)
 
 
 def test_sqlite_connections_use_wal_foreign_keys_and_busy_timeout(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from evidence_store.engine import (
     migrations_dir,
     upgrade,
 )
-from evidence_store.models import Base
+from evidence_store.metadata import METADATA
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ def test_whole_chain_up_and_down(empty_url: str) -> None:
         upgrade(empty_url, revision)
         assert current(empty_url) == (revision,)
         seen_tables.append(_tables(empty_url))
-    assert seen_tables[-1] == set(Base.metadata.tables)
+    assert seen_tables[-1] == set(METADATA.tables)
     for index in range(len(chain) - 1, -1, -1):
         target = chain[index - 1] if index > 0 else "base"
         downgrade(empty_url, target)
@@ -74,7 +74,7 @@ def test_models_match_the_migrated_schema(store_url: str) -> None:
     try:
         with eng.connect() as conn:
             context = MigrationContext.configure(conn, opts={"compare_type": True})
-            diff = compare_metadata(context, Base.metadata)
+            diff = compare_metadata(context, METADATA)
     finally:
         eng.dispose()
     assert diff == []

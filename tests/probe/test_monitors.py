@@ -165,6 +165,6 @@ async def test_prometheus_monitor_window_holds_the_requests_served_in_it(server_
 
 
 def test_prometheus_profile_needs_metric_and_url() -> None:
-    prof = profile("r", monitor="prometheus", metrics_url="http://x/metrics", latency_metric="lat")
+    prof = profile("r", monitor="prometheus", metrics_url="http://127.0.0.1:9/metrics", latency_metric="lat")
     with pytest.raises(ProbeError, match="refusing to guess"):
         make_monitor(prof)

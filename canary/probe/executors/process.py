@@ -11,6 +11,13 @@ The command comes from the candidate's profile on disk, never from a request bod
   a hint workloads are asked to honour by creating their CUDA streams at the lowest priority (the
   larger number of ``cuCtxGetStreamPriorityRange``); ``CANARY_PROBE_ID`` marks the processes.
 
+The candidate's **environment is an allow-list**, never canary's own: ``PATH``, the locale
+(``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``), the device-selection and MPS variables a GPU process needs
+to reach the right device and MPS daemon (``CUDA_VISIBLE_DEVICES``, ``CUDA_MPS_PIPE_DIRECTORY``, …),
+the variables canary sets above, and the names the operator lists in the policy's
+``candidate_environment``. Canary's configuration (``CANARY_DB_URL`` with its password, …) and any
+other credential in canary's environment never reach the workload under test.
+
 Readiness: ``GET endpoint + ready_path`` answers 2xx (without a ``ready_path``: the endpoint accepts
 a TCP connection). Requests go to ``endpoint + request_path`` one at a time, each only after the
 orchestrator's gate grants it (optionally paced by ``request_interval_s``, so the prober's own
@@ -54,6 +61,44 @@ except OSError as exc:
 """
 
 
+#: Passed from canary's environment to the candidate when set (names, or prefixes ending in ``*``).
+CANDIDATE_ENV_ALLOWED: tuple[str, ...] = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_LOG_DIRECTORY",
+    "NVIDIA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
+
+
+def candidate_environment(
+    source: dict[str, str] | os._Environ[str], *, extra_names: tuple[str, ...], probe_id: str, mps_active_thread_pct: int
+) -> dict[str, str]:
+    """The candidate's environment: the allow-listed variables of ``source`` that are set, the operator's
+    ``extra_names``, and what canary sets. A ``CANARY_*`` variable of ``source`` never passes (the policy
+    refuses to list one; this holds even for a policy built in code)."""
+    allowed = CANDIDATE_ENV_ALLOWED + tuple(extra_names)
+    exact = {name for name in allowed if not name.endswith("*")}
+    prefixes = tuple(name[:-1] for name in allowed if name.endswith("*"))
+    env = {
+        name: value
+        for name, value in source.items()
+        if (name in exact or name.startswith(prefixes)) and not name.upper().startswith("CANARY_")
+    }
+    env.setdefault("PATH", os.defpath)
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(mps_active_thread_pct)
+    env["CANARY_STREAM_PRIORITY"] = "lowest"
+    env["CANARY_PROBE_ID"] = probe_id
+    return env
+
+
 class ProcessExecutor:
     name = "process"
     simulated = False
@@ -67,6 +112,7 @@ class ProcessExecutor:
         kill_wait_s: float = 0.5,
         request_timeout_s: float = 5.0,
         request_interval_s: float = 0.0,
+        environment_passthrough: tuple[str, ...] = (),
     ) -> None:
         spec = profile.canary
         if spec is None or not spec.command:
@@ -84,6 +130,7 @@ class ProcessExecutor:
         self.kill_wait_s = kill_wait_s
         self.request_timeout_s = request_timeout_s
         self.request_interval_s = request_interval_s
+        self.environment_passthrough = environment_passthrough
         self.proc: subprocess.Popen[bytes] | None = None
         self.pgid: int | None = None
         self._log: IO[bytes] | None = None
@@ -92,11 +139,12 @@ class ProcessExecutor:
         self.requests_sent = 0
 
     def environment(self, probe_id: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(self.mps_active_thread_pct)
-        env["CANARY_STREAM_PRIORITY"] = "lowest"
-        env["CANARY_PROBE_ID"] = probe_id
-        return env
+        return candidate_environment(
+            os.environ,
+            extra_names=self.environment_passthrough,
+            probe_id=probe_id,
+            mps_active_thread_pct=self.mps_active_thread_pct,
+        )
 
     async def prepare(self, probe_id: str) -> CandidateProcess | None:
         if self.proc is not None:
