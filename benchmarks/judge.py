@@ -475,10 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.trials < 10 or args.horizon < MIN_PAIRS:
         parser.error("--trials must be >= 10 and --horizon >= 3")
-    fams = families()
+    # Each family keeps its index in the full list, so its random stream (and figures) do not depend
+    # on which families --families selects.
+    indexed = list(enumerate(families()))
     if args.families:
         wanted = [w.strip() for w in args.families.split(",") if w.strip()]
-        fams = [f for f in fams if any(w in f.name for w in wanted)]
+        indexed = [(i, f) for i, f in indexed if any(w in f.name for w in wanted)]
     alpha = 1 - CONFIDENCE
     began = time.perf_counter()
     sched = schedule(args.trials, args.horizon, args.seed)
@@ -486,8 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(0.75-1.25x, random block order), horizon {args.horizon} pairs, {args.trials} trials per family, "
           f"seed {args.seed}")
     print(f"# judge: range {SETTINGS.range_z:.3f} ({RANGE_PCT:g}% per window; guard {GUARD_PCT:g}%), safe needs >= {SETTINGS.min_safe_pairs} "
-          f"usable pairs (bursts in >= {BURST_RATE_GUARDED:.0%} of windows) and log-capital >= max(1, F) log(1/alpha)")
-    jobs = [(f, i, args.trials, args.horizon, args.seed, sched) for i, f in enumerate(fams)]
+          f"effective pairs n/tau (bursts in >= {BURST_RATE_GUARDED:.0%} of windows) and log-capital >= max(1, F, tau) log(1/alpha)")
+    jobs = [(f, i, args.trials, args.horizon, args.seed, sched) for i, f in indexed]
     if args.workers > 1:
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             results = list(pool.map(run_family, jobs))

@@ -77,6 +77,10 @@ class Request:
     policy: Policy
     regime: Regime
     regime_chosen_by: str
+    #: Simulator parameters (a ``canary.sim.model.ContentionParams``) for a simulated probe (``None``:
+    #: the simulator's defaults); set by ``canary bench`` to replay measured pairs under their
+    #: calibrated regime. Typed loosely: the core does not import the simulator.
+    sim_params: Any = None
 
     @property
     def snapshot(self) -> DeviceSnapshot:
@@ -468,7 +472,8 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
                              field="canary")
         from canary.sim import SimDevice
 
-        sim_device = SimDevice.from_snapshot(req.snapshot, req.spec, seed=seed, regime=str(req.regime))
+        sim_device = SimDevice.from_snapshot(req.snapshot, req.spec, seed=seed, regime=str(req.regime),
+                                             params=req.sim_params)
         handle = next((h for h in sim_device.handles() if h.startswith(f"resident:{resident.name}#")), None)
     executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
     monitor = make_monitor(resident.profile, policy=req.policy, sim_device=sim_device, sim_resident_handle=handle)

@@ -163,9 +163,11 @@ def render_markdown(doc: dict[str, Any], *, command: str) -> str:
       f"{n} scenarios · policy `{doc['policy']}` · wall clock {doc['wall_total_s']:.1f} s\n")
     w("**What is simulated and what is measured.** Ground truth of every family except `gavel` comes from the "
       "simulator (`canary.sim`) with full knowledge, or — for hard-fit misfits — from the physical rules "
-      "(compute mode, MIG placement table, the simulator's memory check; SM co-residency of `hard-sm` from "
+      "(compute mode, NVIDIA's MIG placement tables transcribed in `canary.bench.mig_tables` independently of the "
+      "catalog, the simulator's memory check; SM co-residency of `hard-sm` from "
       "NVIDIA's compiled occupancy calculator, precomputed). `gavel` "
-      "pairs are judged on Gavel's *measured* V100 co-location throughputs. Telemetry the policies read is the "
+      "pairs are judged on Gavel's *measured* V100 co-location throughputs and probed on the simulator under the "
+      "regime its calibration on them chose (time-slicing, 32 ms slice, 4.5 ms switch). Telemetry the policies read is the "
       f"simulator's NVML/DCGM-style window average over {doc['telemetry_window_s']:g} s before the candidate "
       "arrives; the full engine's canary also runs on the simulator. Numbers here are a model's, not a GPU's.\n")
 
@@ -232,7 +234,7 @@ def render_markdown(doc: dict[str, Any], *, command: str) -> str:
     w("## Acceptance conditions on the full engine\n")
     z, lo, lr = inv["zero_false_admits_on_hard_fit"], inv["lowest_error_total"], inv["limiting_resource_accuracy"]
     w(f"- zero false admits on the hard-fit families: **{'yes' if z['ok'] else 'NO'}** ({z['false_admits']})")
-    w(f"- lowest false-admit + false-reject total: **{'yes' if lo['ok'] else 'NO'}** "
+    w(f"- lowest false-admit + false-reject total on the headline: **{'yes' if lo['ok'] else 'NO'}** "
       f"(engine {lo['engine']}, best other {lo['best_other']}{', strictly lowest' if lo['strictly_lowest'] else ', tied'})")
     w(f"- limiting-resource accuracy ≥ 95%: **{'yes' if lr['ok'] else 'NO'}** "
       f"({_fmt(100 * lr['value'] if lr['value'] is not None else None)}% of {lr['scored']} correct rejections)\n")

@@ -332,6 +332,7 @@ def _unknown() -> list[Scenario]:
 def _gavel(quick: bool, seed: int) -> list[Scenario]:
     import numpy as np
 
+    from canary.sim import calibrated_regime
     from canary.sim.gavel import load_gavel_pairs
     from canary.sim.gavel_profiles import gavel_jobs
 
@@ -346,6 +347,9 @@ def _gavel(quick: bool, seed: int) -> list[Scenario]:
     per_side = 2 if quick else 8
     chosen = [within[i] for i in sorted(rng.choice(len(within), size=min(per_side, len(within)), replace=False))]
     chosen += [beyond[i] for i in sorted(rng.choice(len(beyond), size=min(per_side, len(beyond)), replace=False))]
+    # Replayed under the regime the simulator's calibration on these pairs chose (time-slicing; its
+    # slice and switch cost reach the simulator through ``runner.sim_params``).
+    regime = calibrated_regime().regime
     out: list[Scenario] = []
     for n, p in enumerate(chosen):
         a, b = jobs[p.job_a], jobs[p.job_b]
@@ -353,10 +357,10 @@ def _gavel(quick: bool, seed: int) -> list[Scenario]:
         candidate = b.profile()
         if candidate.name == resident.name:
             continue
-        snap = _snapshot("v100-sxm2-16gb", [(resident.name, resident, None)], regime="timeslice", uuid=_uuid(60 + n))
+        snap = _snapshot("v100-sxm2-16gb", [(resident.name, resident, None)], regime=regime, uuid=_uuid(60 + n))
         out.append(Scenario(
             f"gavel-{resident.name.removeprefix('gavel-')}--{candidate.name.removeprefix('gavel-')}", "gavel",
-            f"{p.job_a} resident, {p.job_b} candidate (V100, measured)", snap, candidate, "timeslice", "measured",
+            f"{p.job_a} resident, {p.job_b} candidate (V100, measured)", snap, candidate, regime, "measured",
             f"measured slowdown of the resident {p.slowdown_a_pct:.1f}%" + (" (clamped in the source)" if p.clamped else ""),
             gavel=p, quick=quick))
     return out

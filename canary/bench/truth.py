@@ -62,24 +62,20 @@ def slowdown_bound_pct(policy: Policy, resident: WorkloadProfile | None) -> floa
 
 
 def _mig_misfit(sc: Scenario) -> tuple[str, str] | None:
-    """(resource, detail) when the MIG instance cannot be created, else ``None``."""
-    spec = sc.spec
+    """(resource, detail) when the MIG instance cannot be created, else ``None`` — from NVIDIA's MIG
+    tables as transcribed in :mod:`canary.bench.mig_tables`, not from the catalog or stage 1's code."""
+    from canary.bench.mig_tables import creation_blocker, table_for
+
     name = sc.regime.partition(":")[2]
-    profile = spec.mig_profile(name)
-    instances = sc.snapshot.mig.instances
-    # The stable order of stage 1's findings: slices, then instances, then placement.
-    total = spec.mig_memory_slices or 8
-    free = total - sum(i.size for i in instances)
-    if free < profile.memory_slices:
-        return "mig_slices", f"{free} memory slices free, {profile.memory_slices} needed"
-    same = sum(1 for i in instances if i.profile == profile.name)
-    if same >= profile.max_instances:
-        return "mig_instances", f"{same} {profile.name} instance(s) exist, at most {profile.max_instances} allowed"
-    for spot in profile.placements:
-        if not any(spot.start < i.start + i.size and i.start < spot.start + spot.size for i in instances):
-            return None
-    taken = ", ".join(f"[{i.start},{i.start + i.size})" for i in instances)
-    return "mig_placement", f"no {profile.name} placement is free (taken: {taken})"
+    table = table_for(sc.spec.name)
+    existing = []
+    for inst in sc.snapshot.mig.instances:
+        listed = table.get(inst.profile)
+        if listed is not None and listed.memory_slices != inst.size:
+            raise ValueError(f"scenario {sc.id}: a {inst.profile} instance spans {listed.memory_slices} memory "
+                             f"slices in NVIDIA's table, the snapshot says {inst.size}")
+        existing.append((inst.profile, inst.start))
+    return creation_blocker(sc.spec.name, name, existing)
 
 
 def _coresidency_misfit(sc: Scenario) -> tuple[str, str] | None:

@@ -39,7 +39,8 @@ class RiskBudget(Model):
         gt=0,
         lt=1,
         description="the rarest fraction of slowed windows a safe verdict must have had the chance to see: "
-        "it needs ceil(log(1 - confidence) / log(1 - rate)) usable pairs (0.2 at 0.95: 14 pairs; 0.05: 59)",
+        "it needs ceil(log(1 - confidence) / log(1 - rate)) effective pairs, i.e. usable pairs over their "
+        "estimated autocorrelation time (0.2 at 0.95: 14 pairs; 0.05: 59)",
     )
     judge_range_pct: float | None = Field(
         default=None,

@@ -53,18 +53,27 @@ The pipeline, each step testable alone (knobs from the :class:`~canary.probe.bud
      ``≥ 1 − α`` before any admit;
    - **persistent interference**: the martingale covers the running mean of the *conditional*
      means; when interference is autocorrelated across pairs that running mean over a short probe can
-     sit far from the long-run mean. Evidence from ``n`` dependent pairs is worth about ``n / F``
-     independent ones, where ``F`` is the long-run variance over the variance of one pair; the judge
-     estimates ``F`` by batch means (6 batches of consecutive pairs) and a safe verdict needs
-     ``log K^safe ≥ max(1, F) · log(1/α)``; otherwise the probe goes on, and ends *inconclusive* if
-     the evidence never outgrows the dependence.
+     sit far from the long-run mean. Evidence from ``n`` dependent pairs is worth about ``n / τ``
+     independent ones, where ``τ = 1 + 2 Σ ρ_k`` is the integrated autocorrelation time of the
+     contrasts. The judge estimates it two ways on its own data — Geyer's initial monotone sequence
+     estimator over lags up to 40 (:func:`autocorrelation_time`) and the batch-means variance inflation
+     ``F`` (6 batches of consecutive pairs) — and a safe verdict needs both
+     ``log K^safe ≥ max(1, F, τ) · log(1/α)`` and an **effective sample** ``n / τ ≥ min_safe_pairs``
+     (the burst rule's count assumes independent chances to see a slow window; under dependence ``n``
+     pairs give about ``n / τ`` of them). Otherwise the probe goes on, and ends *inconclusive* if the
+     evidence never outgrows the dependence. Neither rule ever produces an *unsafe* verdict. From
+     fewer than 30 usable pairs τ is too noisy to act on; there a lag-1 autocorrelation above
+     ``1.28 / √n`` withholds *safe* instead.
 5. :func:`judge` — ``unsafe`` / ``safe`` / ``inconclusive`` (budget spent, or futile: the pairs left
    could not reach either threshold even if the truth lay two standard errors further out),
    ``no-data``, ``error``.
 
-Where the guarantee stops (also in ``docs/canary.md``): bursts rarer than ``p``; interference that is
-persistent over the whole probe yet weak enough per pair to pass the autocorrelation check; a
-resident whose behaviour after admission differs from the probe (phases longer than the probe).
+Where the guarantee stops (also in ``docs/canary.md``): bursts rarer than ``p``; interference whose
+correlation time is so long against the probe that the probe sees one nearly flat stretch of it (the
+estimate of ``τ`` from ``n`` pairs cannot exceed what ``n`` pairs show: measured, AR(1) with φ 0.95 —
+``τ`` ≈ 20 pairs — is held at α only because its per-pair wander is visible within a 120-pair probe;
+slower or smoother processes are not covered); a resident whose behaviour after admission differs
+from the probe (phases longer than the probe).
 """
 
 from __future__ import annotations
@@ -99,6 +108,10 @@ _FUTILITY_MIN_PAIRS = 10
 # Batches of the dependence check (batch means over consecutive pairs).
 _BATCHES = 6
 _MIN_BATCH = 5
+# Longest lag the autocorrelation-time estimate looks at.
+_MAX_LAG = 40
+# Pairs from which the autocorrelation time is acted on; before, the lag-1 check stands in.
+_TAU_MIN_PAIRS = _BATCHES * _MIN_BATCH
 # One-sided 90% point of the lag-1 autocorrelation of independent pairs, in units of 1/sqrt(n).
 _LAG1_Z = 1.28
 # Bet cap as a fraction of 1/U (Waudby-Smith & Ramdas use 1/2 or 3/4): keeps every factor ≥ 1 − c.
@@ -340,6 +353,7 @@ class Paths:
     lag1: FloatArray
     inflation: FloatArray
     correlated: BoolArray
+    autocorrelation_time: FloatArray
 
 
 def _growth(mu: FloatArray, var: FloatArray, cap: float) -> FloatArray:
@@ -399,28 +413,46 @@ def sequential_paths(
     crossed_safe = np.maximum.accumulate(log_safe, axis=1) >= threshold
     crossed_unsafe = np.maximum.accumulate(log_unsafe, axis=1) >= threshold
 
-    # Dependence: the batch-means variance-inflation factor F = b · Var(batch means) / Var(z) over
-    # _BATCHES consecutive batches of b = ⌊n / _BATCHES⌋ pairs (contrasts clipped to the range both
-    # ways, so one burst cannot fake or hide it). F ≈ 1 for independent pairs; persistent interference
-    # makes the batch means vary more than their pairs predict. Evidence from n dependent pairs is
-    # worth about n / F independent ones, and the log-capital of a betting test grows about F times
-    # too fast: a safe verdict needs log K ≥ max(1, F) · log(1/α).
+    # Dependence, two estimates on the contrasts clipped to the range both ways (one burst can neither
+    # fake nor hide it):
+    # - F, the batch-means variance-inflation factor b · Var(batch means) / Var(z) over _BATCHES
+    #   consecutive batches of b = ⌊n / _BATCHES⌋ pairs;
+    # - τ, the integrated autocorrelation time 1 + 2 Σ ρ_k by Geyer's initial monotone sequence
+    #   estimator (sums of adjacent autocovariances, cut at the first that is not positive, forced
+    #   non-increasing) — it sees persistence at lags up to _MAX_LAG, which six batches of a short
+    #   probe cannot.
+    # Both are ≈ 1 for independent pairs. Evidence from n dependent pairs is worth about n / τ
+    # independent ones, and the log-capital of a betting test grows about that many times too fast, so
+    # a safe verdict needs log K ≥ max(1, F, τ) · log(1/α) AND an effective sample n / τ of at least
+    # min_safe_pairs: the burst rule's count assumes independent chances to see a slow window, and
+    # under dependence n pairs give only about n / τ of them.
     y = np.clip(zc, -u, u) * live
     n = kk + 1.0
     sy = np.cumsum(y, axis=1)
     syy = np.cumsum(y * y, axis=1)
-    inflation = _inflation(sy, syy, k)
     lag1 = _lag1(y, sy, syy, kk)
     run_max_safe = np.maximum.accumulate(log_safe, axis=1)
-    # And no safe verdict while the lag-1 autocorrelation is above what independent pairs give in
-    # ~90% of probes: slow, persistent interference shows there first.
-    correlated = (n >= 8) & (lag1 * np.sqrt(n) > _LAG1_Z)
     if dependence_of is not None:
-        inflation = np.broadcast_to(dependence_of.inflation, inflation.shape)
-        correlated = np.broadcast_to(dependence_of.correlated, correlated.shape)
-    blocked = crossed_safe & ((log_safe < np.maximum(inflation, 1.0) * threshold) | correlated)
+        inflation = np.broadcast_to(dependence_of.inflation, y.shape)
+        tau = np.broadcast_to(dependence_of.autocorrelation_time, y.shape)
+    else:
+        inflation = _inflation(sy, syy, k)
+        tau = autocorrelation_time(y)
+    # τ from fewer than _TAU_MIN_PAIRS pairs is too noisy to act on (as F, whose batches need
+    # _MIN_BATCH pairs each): there the lag-1 autocorrelation stands in — no safe verdict while it is
+    # above what independent pairs give in ~90% of probes (_LAG1_Z / √n).
+    tau_counted = np.where(n >= _TAU_MIN_PAIRS, tau, 1.0)
+    factor = np.maximum(np.maximum(inflation, tau_counted), 1.0)
+    short = n / tau_counted < settings.min_safe_pairs
+    early_lag1 = (n >= 8) & (n < _TAU_MIN_PAIRS) & (lag1 * np.sqrt(n) > _LAG1_Z)
+    # ``correlated``: dependence alone holds the safe verdict back (the effective sample is below what
+    # the burst rule needs although the raw count is not, or the early lag-1 check).
+    correlated = (short & (n >= settings.min_safe_pairs)) | early_lag1
+    if dependence_of is not None:
+        correlated = np.broadcast_to(dependence_of.correlated, y.shape)
+    blocked = crossed_safe & ((log_safe < factor * threshold) | correlated)
     enough = n >= settings.min_pairs
-    safe = live & crossed_safe & ~blocked & ~dead & (n >= settings.min_safe_pairs)
+    safe = live & crossed_safe & ~blocked & ~dead & ~short
     unsafe = live & crossed_unsafe & enough
 
     futile = np.zeros_like(live)
@@ -436,12 +468,50 @@ def sequential_paths(
             & (run_max_safe + left * _growth(-mean_now + 2 * se, var_now, cap) >= np.maximum(inflation, 1.0) * threshold)
         )
         reach_unsafe = run_max_unsafe + left * _growth(mean_now + 2 * se, var_now, cap) >= threshold
+        # The autocorrelation time is left out here: from a few pairs it is too rough to give up on.
         # Not before _FUTILITY_MIN_PAIRS: a variance from a handful of pairs is too rough to give up on.
         futile = live & (n >= max(_FUTILITY_MIN_PAIRS, settings.min_pairs)) & ~safe & ~unsafe & ~reach_safe & ~reach_unsafe
     return Paths(
         position, count.astype(np.int64), safe, unsafe, futile, out, blocked, log_safe, log_unsafe, lag1, inflation,
-        correlated,
+        correlated, np.asarray(tau, dtype=np.float64),
     )
+
+
+def autocorrelation_time(y: FloatArray, max_lag: int = _MAX_LAG) -> FloatArray:
+    """Integrated autocorrelation time ``τ = 1 + 2 Σ_k ρ_k`` of each row's prefix ``y[:, :n+1]``, for
+    every ``n`` (shape of ``y``; at least 1), by Geyer's initial monotone sequence estimator
+    (Geyer 1992, "Practical Markov chain Monte Carlo", Statist. Sci. 7(4)): with the autocovariances
+    ``γ_k`` of the prefix (divisor n, prefix mean), ``Γ_m = γ_{2m} + γ_{2m+1}`` is summed up to the
+    first ``Γ_m ≤ 0`` and forced non-increasing; ``τ = (2 Σ Γ_m − γ_0) / γ_0``. For independent
+    values ``τ ≈ 1``; ``n / τ`` is the effective number of independent values."""
+    rows, n_pairs = y.shape
+    k = np.arange(n_pairs)
+    n = (k + 1.0)[None, :]
+    sy = np.cumsum(y, axis=1)
+    mean = sy / n
+    g0 = np.cumsum(y * y, axis=1) / n - mean * mean
+    padded = np.concatenate([np.zeros((rows, 1)), sy], axis=1)  # padded[:, j] = sum of the first j
+    lags = min(max_lag, n_pairs - 1)
+    gammas = [g0]
+    for lag in range(1, lags + 1):
+        products = np.zeros_like(y)
+        products[:, lag:] = y[:, lag:] * y[:, :-lag]
+        cross = np.cumsum(products, axis=1)
+        later = sy - padded[:, lag][:, None]  # Σ_{i=lag}^{n-1} y_i
+        earlier = padded[:, np.clip(k - lag + 1, 0, n_pairs)]  # Σ_{i=0}^{n-1-lag} y_i
+        g = (cross - mean * (later + earlier) + np.maximum(n - lag, 0.0) * mean * mean) / n
+        gammas.append(np.where(k[None, :] >= lag, g, np.nan))
+    if lags < 1:
+        return np.ones_like(y)
+    stacked = np.stack(gammas, axis=2)
+    m = (lags + 1) // 2
+    big = stacked[:, :, 0 : 2 * m : 2] + stacked[:, :, 1 : 2 * m : 2]
+    keep = np.cumprod(np.isfinite(big) & (big > 0), axis=2).astype(bool)
+    monotone = np.minimum.accumulate(np.where(keep, big, np.inf), axis=2)
+    total = np.where(keep, monotone, 0.0).sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tau = (2.0 * total - g0) / g0
+    return np.asarray(np.where(g0 > 1e-18, np.maximum(tau, 1.0), 1.0), dtype=np.float64)
 
 
 def _inflation(sy: FloatArray, syy: FloatArray, k: IntArray) -> FloatArray:
@@ -631,9 +701,11 @@ def judge(
     if out_of_range:
         notes.append(f"{out_of_range} pair(s) beyond the range of {settings.range_z:.3f} (no safe verdict after one)")
     if bool(paths.dependence_blocked[0, last]):
-        notes.append(f"pairs look dependent (batch-means variance inflation "
-                     f"{float(paths.inflation[0, last]):.2f}, lag-1 autocorrelation {lag1 if lag1 is not None else 0:.2f}): "
-                     "the safe side needs that much more evidence")
+        tau_now = float(paths.autocorrelation_time[0, last])
+        notes.append(f"pairs look dependent (integrated autocorrelation time {tau_now:.2f}, batch-means variance "
+                     f"inflation {float(paths.inflation[0, last]):.2f}, lag-1 autocorrelation "
+                     f"{lag1 if lag1 is not None else 0:.2f}): the safe side needs that much more evidence and "
+                     f"{settings.min_safe_pairs} effective pairs ({tested / max(tau_now, 1.0):.1f} so far)")
     if tested < settings.min_safe_pairs and not is_unsafe:
         notes.append(f"a safe verdict needs {settings.min_safe_pairs} usable pairs (bursts in "
                      f"{settings.burst_rate_guarded:.0%} of windows seen with probability {conf:.0%})")

@@ -12,6 +12,7 @@ from canary.probe.budget import RiskBudget
 from canary.probe.judge import (
     JudgeSettings,
     WindowPair,
+    autocorrelation_time,
     judge,
     pair_contrasts,
     pair_schedule,
@@ -180,6 +181,58 @@ def test_ar1_interference_at_the_bound_keeps_false_admits_near_alpha() -> None:
     z = eps + rng.normal(0, 0.06, (rows, n))
     rate = float(sequential_paths(z, settings).safe.any(axis=1).mean())
     assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / rows)
+
+
+def _ar1(rng: np.random.Generator, rows: int, n: int, phi: float, sd: float) -> np.ndarray:
+    """Stationary AR(1) paths with marginal standard deviation ``sd``."""
+    eps = np.empty((rows, n))
+    eps[:, 0] = rng.normal(0, sd, rows)
+    innovations = rng.normal(0, sd * math.sqrt(1 - phi * phi), (rows, n))
+    for i in range(1, n):
+        eps[:, i] = phi * eps[:, i - 1] + innovations[:, i]
+    return eps
+
+
+@pytest.mark.parametrize(
+    ("phi", "expected"),
+    [
+        pytest.param(0.0, 1.0, id="independent"),
+        # AR(1): rho_k = phi^k, so tau = 1 + 2 phi / (1 - phi) = (1 + phi) / (1 - phi).
+        pytest.param(0.5, 3.0, id="ar1-0.5"),
+        pytest.param(0.8, 9.0, id="ar1-0.8"),
+    ],
+)
+def test_autocorrelation_time_matches_the_ar1_formula_on_long_series(phi: float, expected: float) -> None:
+    rng = np.random.default_rng(11)
+    y = _ar1(rng, 40, 1500, phi, 1.0)
+    tau = autocorrelation_time(y)[:, -1]
+    assert abs(float(np.median(tau)) - expected) <= 0.2 * expected
+    # Every prefix has an estimate, never below 1.
+    assert autocorrelation_time(y[:3, :50]).shape == (3, 50) and float(autocorrelation_time(y[:3, :50]).min()) >= 1.0
+
+
+def test_autocorrelation_time_is_that_of_each_prefix() -> None:
+    rng = np.random.default_rng(12)
+    y = _ar1(rng, 2, 90, 0.7, 1.0)
+    whole = autocorrelation_time(y)
+    for n in (10, 45, 90):
+        assert np.allclose(autocorrelation_time(y[:, :n])[:, -1], whole[:, n - 1])
+
+
+def test_ar1_phi_095_at_the_bound_is_held_to_alpha_by_the_effective_sample_rule() -> None:
+    """The benchmark's hardest family in contrast form: a level that wanders with phi 0.95 (sd close
+    to the per-pair noise), true mean exactly on the bound. A safe verdict needs n / tau >= 59
+    effective pairs; without the autocorrelation-time rule 8.2% of these probes admitted (limit here 6%)."""
+    rng = np.random.default_rng(13)
+    rows, n = 2000, 120
+    settings = JudgeSettings(15.0, 0.95, min_pairs=3, range_slowdown_pct=60.0, burst_rate_guarded=0.05)
+    z = _ar1(rng, rows, n, 0.95, 0.087) + rng.normal(0, 0.093, (rows, n))
+    paths = sequential_paths(z, settings)
+    rate = float(paths.safe.any(axis=1).mean())
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / rows)
+    # The rule only ever withholds safe: the unsafe side is the betting test alone.
+    crossed = np.maximum.accumulate(paths.log_capital_unsafe, axis=1) >= math.log(20)
+    assert np.array_equal(paths.unsafe, crossed & (np.arange(n)[None, :] + 1 >= settings.min_pairs))
 
 
 # --- the whole judgment ------------------------------------------------------------------------
