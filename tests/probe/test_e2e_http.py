@@ -91,7 +91,11 @@ async def test_noisy_candidate_is_unsafe(resident_port: int, device_lock: str) -
         device_lock,
     )
     assert result.outcome == "unsafe", result.transitions
-    assert result.slowdown_estimate_pct is not None and result.slowdown_estimate_pct > 50
+    assert result.judgment is not None and result.judgment.rule in ("judge", "guard", "slo"), result.transitions
+    # On a loaded machine the one-window guard (or SLO check) can stop the probe before the first whole
+    # on/off pair exists; then there is no pair estimate to check, and the rule above is the evidence.
+    if result.slowdown_estimate_pct is not None:
+        assert result.slowdown_estimate_pct > 50
     assert result.rollback_verified
     assert result.wall_time_s < BUDGET.max_probe_time_s + ROLLBACK_GRACE_S + SCHEDULING_SLACK_S
 
