@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,6 +129,25 @@ def build_request(
     else:
         chosen, why = choose_regime(snap, device.spec, candidate, policy)
     return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why)
+
+
+def request_from_json(
+    data: dict[str, Any], *, what: str = "queued", load_policy_fn: Callable[[str], Policy] | None = None
+) -> Request:
+    """Rebuild a queued or logged request (documents by value, checked when they were accepted) — the one
+    reader of the JSON form the service queues and logs. ``what`` names the source in error messages."""
+    from canary._model import validate_document
+    from canary.backends import ResolvedDevice
+    from canary.catalog import lookup
+    from canary.policy import load_policy
+
+    dev = data["device"]
+    snap = validate_document(DeviceSnapshot, dev["snapshot"], file=f"{what} device")
+    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
+    candidate = validate_document(WorkloadProfile, data["candidate"], file=f"{what} candidate")
+    residents = tuple(validate_document(WorkloadProfile, r, file=f"{what} resident") for r in data["residents"])
+    policy = (load_policy_fn or load_policy)(data["policy"])
+    return build_request(device, candidate, policy, extra_residents=residents, regime=data["regime"])
 
 
 def pair_key(req: Request, resident: Resident) -> PairKey | None:

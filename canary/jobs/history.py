@@ -157,22 +157,10 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
 
 
 def request_from_json(data: dict[str, Any]) -> Any:
-    """Rebuild a logged or queued request (documents by value, checked when the service accepted them)."""
-    from canary._model import validate_document
-    from canary.admission import build_request
-    from canary.backends import ResolvedDevice
-    from canary.catalog import lookup
-    from canary.policy import load_policy
-    from canary.profile import WorkloadProfile
-    from canary.snapshot import DeviceSnapshot
+    """Rebuild a logged request (documents by value, checked when the service accepted them)."""
+    from canary.admission import request_from_json as rebuild
 
-    dev = data["device"]
-    snap = validate_document(DeviceSnapshot, dev["snapshot"], file="logged device")
-    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
-    candidate = validate_document(WorkloadProfile, data["candidate"], file="logged candidate")
-    residents = tuple(validate_document(WorkloadProfile, r, file="logged resident") for r in data["residents"])
-    return build_request(device, candidate, load_policy(data["policy"]), extra_residents=residents,
-                         regime=data["regime"])
+    return rebuild(data, what="logged")
 
 
 def _needs_probe(request_json: dict[str, Any], engine: Any) -> bool:

@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from canary._model import validate_document
-from canary.admission import Request, build_request
+from canary.admission import Request, build_request, request_from_json
 from canary.errors import InputError
 from canary.policy import Policy, load_policy
 from canary.profile import WorkloadProfile
@@ -146,13 +146,4 @@ def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str
 
 def from_request_json(data: dict[str, Any]) -> Request:
     """Rebuild a queued request (documents by value, already checked when it was queued)."""
-    from canary.backends import ResolvedDevice
-    from canary.catalog import lookup
-
-    dev = data["device"]
-    snap = validate_document(DeviceSnapshot, dev["snapshot"], file="queued device")
-    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
-    candidate = validate_document(WorkloadProfile, data["candidate"], file="queued candidate")
-    residents = tuple(validate_document(WorkloadProfile, r, file="queued resident") for r in data["residents"])
-    policy = cached_policy(data["policy"])
-    return build_request(device, candidate, policy, extra_residents=residents, regime=data["regime"])
+    return request_from_json(data, what="queued", load_policy_fn=cached_policy)

@@ -26,6 +26,8 @@ from tests.serve.conftest import make_token, profile_doc
 pytestmark = pytest.mark.slow
 
 FAST = ("--heartbeat-s", "0.5", "--lease-s", "2")
+# Routing tests must not see a lease expire because a busy machine starved an agent for two seconds.
+STEADY = ("--lease-s", "20")
 
 
 def _fleet(store_url: str, tmp_path: Path, agent_factory: Any, *extra: str, devices_per_node: int = 2,
@@ -66,7 +68,7 @@ def test_admissions_probed_once_each_on_the_owning_agent(store_url: str, tmp_pat
                                                          server_factory: Any) -> None:
     """100 admissions over 25 unseen pairs, spread over 6 devices of 3 agents: each pair is probed once, by
     the agent of the node whose device the pair was asked for; every admission gets its pair's answer."""
-    _, owner_node = _fleet(store_url, tmp_path, agent_factory)
+    _, owner_node = _fleet(store_url, tmp_path, agent_factory, *STEADY)
     server = server_factory(store_url, "--sim-time-scale", "0")
     token = make_token(store_url, "admit")
     refs = sorted(owner_node)
