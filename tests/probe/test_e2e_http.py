@@ -37,6 +37,10 @@ BUDGET = RiskBudget(
     slowdown_guard_pct=400.0,
     window_statistic="median",
 )
+# A quiet pair needs 11-23 on/off pairs to prove "within 50%" under two CPU hogs (5-10 s measured); a
+# CI machine running the whole suite beside it is slower still, so the safe case gets room to finish.
+# The noisy case stops at its first whole pairs, well inside BUDGET.
+QUIET_BUDGET = BUDGET.model_copy(update={"max_probe_time_s": 40.0})
 
 
 @pytest.fixture
@@ -53,7 +57,7 @@ def resident_port(device_lock: str):  # type: ignore[no-untyped-def]
     proc.wait()
 
 
-async def _probe(resident_port: int, *candidate_args: str) -> tuple[Any, int]:
+async def _probe(resident_port: int, *candidate_args: str, budget: RiskBudget = BUDGET) -> tuple[Any, int]:
     port = free_port()
     policy = load_policy()
     executor = ProcessExecutor(
@@ -64,7 +68,7 @@ async def _probe(resident_port: int, *candidate_args: str) -> tuple[Any, int]:
     journal = MemoryJournal()
     result = await run_probe(
         probe_id=f"e2e-{port}",
-        budget=BUDGET,
+        budget=budget,
         executor=executor,
         monitor=make_monitor(resident_profile(resident_port)),
         journal=journal,
@@ -103,9 +107,9 @@ async def test_noisy_candidate_is_unsafe(resident_port: int, device_lock: str) -
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_quiet_candidate_is_safe(resident_port: int, device_lock: str) -> None:
-    result, _ = await _probe(resident_port, "--work-ms", "0", "--device-lock", device_lock)
+    result, _ = await _probe(resident_port, "--work-ms", "0", "--device-lock", device_lock, budget=QUIET_BUDGET)
     assert result.outcome == "safe", result.transitions
     assert result.slowdown_interval_pct is not None
     assert result.slowdown_interval_pct[1] < 50
-    assert 0 < result.exposure_used <= BUDGET.max_requests_exposed
-    assert result.wall_time_s < BUDGET.max_probe_time_s + ROLLBACK_GRACE_S + SCHEDULING_SLACK_S
+    assert 0 < result.exposure_used <= QUIET_BUDGET.max_requests_exposed
+    assert result.wall_time_s < QUIET_BUDGET.max_probe_time_s + ROLLBACK_GRACE_S + SCHEDULING_SLACK_S
