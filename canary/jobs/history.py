@@ -173,6 +173,36 @@ def _needs_probe(request_json: dict[str, Any], engine: Any) -> bool:
     return bool(pairs_to_probe(req, access, utcnow()))
 
 
+@dataclass(frozen=True)
+class PruneReport:
+    before: dt.datetime
+    deleted: int
+    remaining_oldest: dt.datetime | None
+
+
+def prune_admission_log(engine: Any, *, before: dt.datetime, dry_run: bool = False) -> PruneReport:
+    """Delete the admission history older than ``before``, one short transaction per batch (a large
+    backlog never holds a long lock); with ``dry_run`` only count it. Safe to run from many processes
+    at once: a batch another process deleted first is simply not found again."""
+    from evidence_store import fleet
+    from evidence_store.engine import session_scope
+
+    deleted = 0
+    if dry_run:
+        with session_scope(engine, read_only=True) as session:
+            deleted = fleet.count_admissions_before(session, before)
+    else:
+        while True:
+            with session_scope(engine) as session:
+                n = fleet.prune_admission_log(session, before=before, limit=fleet.PRUNE_BATCH)
+            deleted += n
+            if n < fleet.PRUNE_BATCH:
+                break
+    with session_scope(engine, read_only=True) as session:
+        oldest = fleet.oldest_admission(session)
+    return PruneReport(before, deleted, oldest)
+
+
 def default_run_id(now: dt.datetime) -> str:
     return f"history@{now:%Y-%m-%dT%H:%M:%SZ}#{uuid.uuid4().hex[:6]}"
 
