@@ -102,7 +102,7 @@ def unwrap_claimed() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        found = group.subgroup(fleet.DeviceClaimed)
+        found: BaseException | None = group.subgroup(fleet.DeviceClaimed)
         while isinstance(found, BaseExceptionGroup):
             found = found.exceptions[0]
         if found is None:

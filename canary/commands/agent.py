@@ -119,6 +119,8 @@ def run_agent(args: argparse.Namespace) -> int:
                                      "errors": agent.last_errors}, indent=2) + "\n")
         return 4 if agent.last_errors else 0
 
+    agent.claim()  # another live agent holds a device: one line naming it, before anything is said or done
+
     async def main() -> None:
         stop = anyio.Event()
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
