@@ -102,6 +102,24 @@ def claim_conflicts(session: Session, *, node: str, names: Sequence[str], agent:
     return {r.ref: _holder(r, now) for r in rows if _held_by_other(r, agent, now)}
 
 
+def renew_claim(session: Session, *, node: str, name: str, agent: str, now: datetime, claim_s: float) -> bool:
+    """Keep ``agent``'s claim on a device it could not read this heartbeat, without refreshing the
+    snapshot (which goes stale, so decisions on it answer unknown). Raises ``DeviceClaimed`` when
+    another live agent holds it; returns whether a claim of ``agent``'s was renewed."""
+    now = to_utc(now)
+    row = session.scalars(select(PublishedSnapshot).where(PublishedSnapshot.ref == agent_ref(node, name))
+                          .with_for_update()).first()
+    if row is None:
+        return False
+    if _held_by_other(row, agent, now):
+        raise DeviceClaimed({row.ref: _holder(row, now)})
+    if row.agent != agent:
+        return False
+    row.claim_expires_at = now + timedelta(seconds=claim_s)
+    session.flush()
+    return True
+
+
 def release_claims(session: Session, *, agent: str, now: datetime) -> int:
     """A stopping agent gives its devices up at once (their snapshots stay, and go stale)."""
     rows = session.scalars(select(PublishedSnapshot).where(PublishedSnapshot.agent == agent)).all()

@@ -191,6 +191,9 @@ class Agent:
         ids: set[str] = set()
         draining = True
         drifts: list[DriftOutcome] = []
+        for name in sorted(set(self.config.devices) - set(snaps)):  # unreadable now: still this agent's
+            fleet.renew_claim(session, node=self.config.node, name=name, agent=self.owner, now=utcnow(),
+                              claim_s=self.config.claim_duration_s)
         for name, snap in snaps.items():
             now = utcnow()
             result = fleet.publish(

@@ -230,3 +230,17 @@ def test_prune_admission_log_deletes_only_what_is_older_in_batches(engine: Any, 
 
         assert sorted(s.scalars(select(AdmissionLog.pair_digest))) == ["edge", "new"]
     assert prune_admission_log(engine, before=cut).deleted == 0
+
+
+def test_an_unreadable_device_keeps_its_claim_and_goes_stale(engine: Any) -> None:
+    with session_scope(engine) as s:
+        _claim(s, "agent/a", T0)
+    later = T0 + dt.timedelta(seconds=25)
+    with session_scope(engine) as s:
+        assert fleet.renew_claim(s, node="n1", name="gpu0", agent="agent/a", now=later, claim_s=30)
+        assert not fleet.renew_claim(s, node="n1", name="gpu9", agent="agent/a", now=later, claim_s=30)
+    with session_scope(engine, read_only=True) as s:
+        [row] = fleet.list_published(s)
+    assert row.claim_expires_at == later + dt.timedelta(seconds=30) and row.published_at == T0  # not refreshed
+    with pytest.raises(fleet.DeviceClaimed, match="held by agent agent/a"), session_scope(engine) as s:
+        fleet.renew_claim(s, node="n1", name="gpu0", agent="agent/b", now=later, claim_s=30)
