@@ -103,9 +103,11 @@ async def admit_async(
     windows in wall time. ``defer_probe`` (a function of the pair keys to probe) is called before any
     probe starts, with nothing written yet; the service passes one that raises to hand the probe to
     its coordinator (one probe per pair key) instead of running it here."""
-    from evidence_store import repository
+    from evidence_store.certificates import record_certificate
     from evidence_store.engine import session_scope
     from evidence_store.errors import ReservationConflict
+    from evidence_store.evidence import record_evidence
+    from evidence_store.reservations import reserve as book
 
     clock = now or utcnow
     if probe:  # where a probe may connect and what it may run: checked before the store is touched
@@ -143,7 +145,7 @@ async def admit_async(
     with session_scope(engine) as session:
         recorded_ids: list[str] = []
         for run in runs:
-            out = repository.record_evidence(session, probe_evidence(req, run, finished))
+            out = record_evidence(session, probe_evidence(req, run, finished))
             recorded_ids.append(out.id)
         if recorded_ids:
             decision.evidence.append(PairEvidence(
@@ -154,7 +156,7 @@ async def admit_async(
             device_id, capacity, instance = reservation_capacity(req, hard, reserved_by_others)
             demand = req.candidate.memory.peak_bytes + req.policy.per_context_overhead_bytes
             try:
-                booking = repository.reserve(
+                booking = book(
                     session, device_id=device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
                     memory_bytes=demand, mig_instance=instance, capacity_memory_bytes=capacity,
                     lease_s=req.policy.reservation_lease_s, now=finished)
@@ -166,7 +168,7 @@ async def admit_async(
                                     confidence=1.0, evidence=decision.evidence, probe=decision.probe)
         cert = make_certificate(req, hard, decision, finished)
         if reserve:
-            repository.record_certificate(session, json.loads(cert.to_json()),
+            record_certificate(session, json.loads(cert.to_json()),
                                           [i for e in decision.evidence for i in e.ids])
     return cert
 
@@ -283,8 +285,8 @@ def record_feedback(
 ) -> str:
     """Record a production SLO violation for an admitted pair; it outweighs earlier passes.
     ``engine``: the caller's open store (the service's), instead of opening one from ``db_url``."""
-    from evidence_store import repository
     from evidence_store.engine import session_scope
+    from evidence_store.evidence import record_evidence
 
     resident = next((r for r in req.snapshot.residents if r.name == resident_name), None)
     if resident is None:
@@ -294,5 +296,5 @@ def record_feedback(
     if engine is None:
         engine = open_store_for_writing(db_url)
     with session_scope(engine) as session:
-        out = repository.record_evidence(session, rec)
+        out = record_evidence(session, rec)
     return str(out.id)

@@ -68,11 +68,11 @@ class EvidenceAccess:
     def reserved_bytes(self, device_id: str, now: dt.datetime) -> int:
         if not self.present:
             return 0
-        from evidence_store import repository
         from evidence_store.engine import session_scope
+        from evidence_store.reservations import reserved_bytes
 
         with session_scope(self.engine, read_only=True) as session:
-            return int(repository.reserved_bytes(session, device_id, now))
+            return int(reserved_bytes(session, device_id, now))
 
     def lookup(self, req: Request, resident: Resident, now: dt.datetime) -> PairEvidence:
         if resident.profile is None:
@@ -82,12 +82,12 @@ class EvidenceAccess:
         assert key is not None
         if not self.present:
             return PairEvidence(resident.name, key, None, reason=f"no evidence store yet ({self.url}): no evidence for this pair")
-        from evidence_store import repository
         from evidence_store.engine import session_scope
+        from evidence_store.lookup import lookup
 
         policy = req.policy
         with session_scope(self.engine, read_only=True) as session:
-            res = repository.lookup(
+            res = lookup(
                 session,
                 key,
                 driver_version=req.snapshot.driver_version,
