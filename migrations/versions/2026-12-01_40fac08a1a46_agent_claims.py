@@ -1,7 +1,7 @@
 """agent claims: until when the publishing agent holds a device (one live agent per node + device name)
 
 Revision ID: 40fac08a1a46
-Revises: e5a7c9d2b418
+Revises: f6b2d8e4a713
 Create Date: 2026-12-01 17:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "40fac08a1a46"
-down_revision: str | Sequence[str] | None = "e5a7c9d2b418"
+down_revision: str | Sequence[str] | None = "f6b2d8e4a713"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
