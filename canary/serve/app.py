@@ -363,9 +363,9 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
              response_class=Response, responses={200: {"content": {"text/plain": {}}}})
     async def metrics(svc: Svc) -> Response:
         """Prometheus exposition format."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST
 
-        body = await anyio.to_thread.run_sync(generate_latest, svc.metrics.registry)
+        body = await anyio.to_thread.run_sync(svc.metrics.exposition)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/noop", tags=["operations"], dependencies=[Depends(require("read"))], responses=ERRORS)
