@@ -111,7 +111,7 @@ class Metrics:
         from prometheus_client.multiprocess import MultiProcessCollector
 
         scrape = CollectorRegistry()
-        MultiProcessCollector(scrape, path=self.multiprocess_dir)
+        MultiProcessCollector(scrape, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
         if self._store_state is not None:
             scrape.register(self._store_state)
         return bytes(generate_latest(scrape))
