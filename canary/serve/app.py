@@ -133,6 +133,7 @@ class Service:
         self.tokens = TokenCache(self._verify_token, config.token_cache_s)
         self.metrics.watch_store(self._store_state)
         self.history = AdmissionHistory(self.db)
+        self.decisions = anyio.CapacityLimiter(config.decision_threads)  # built in the lifespan: a loop runs
         # Registry entries are immutable once put (a different document under the same name@version is
         # refused), so an exact reference is read from the store once per process.
         self._registry_cache: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -388,7 +389,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
             with svc.metrics.store_op("fit"):
                 return core_fit(resolved.request, svc.access(), utcnow())
 
-        cert = await anyio.to_thread.run_sync(work)
+        cert = await anyio.to_thread.run_sync(work, limiter=svc.decisions)
         svc.metrics.decided("fit", cert, time.perf_counter() - t0)
         return _cert_response(cert)
 
@@ -420,7 +421,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
                 s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow()))
             return submitted, admission_entry(svc, resolved, "probe")
 
-        outcome, history = await anyio.to_thread.run_sync(decide)
+        outcome, history = await anyio.to_thread.run_sync(decide, limiter=svc.decisions)
         svc.history.add(history)  # written after the answer, batched with its neighbours
         if isinstance(outcome, Certificate):
             svc.metrics.decided("admissions", outcome, time.perf_counter() - t0)
