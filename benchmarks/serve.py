@@ -394,6 +394,32 @@ def breakdown(url: str, n: int) -> dict[str, dict[str, float]]:
             for k in names}
 
 
+def goals(series: list[Series]) -> dict[str, Any]:
+    """The issue's goals, judged on this run's cached admissions (``admit-ref``, what a scheduler
+    sends, and ``admit-value``) per worker count: one client p50 ≤ 3 ms and p99 ≤ 6 ms; 16 clients
+    ≥ 25% of the no-op's throughput and p99 ≤ 3 × p50."""
+    out: dict[str, Any] = {"lines": []}
+    for s in series:
+        if s.endpoint == "noop":
+            continue
+        noop = next(n for n in series if n.endpoint == "noop" and n.clients == s.clients and n.workers == s.workers)
+        name = f"{s.endpoint} clients {s.clients} workers {s.workers}"
+        if s.clients == 1:
+            ok = s.p50_ms <= 3 and s.p99_ms <= 6
+            text = (f"p50 {s.p50_ms:.1f} ms (goal 3: {s.p50_ms / 3:.1f}x), p99 {s.p99_ms:.1f} ms "
+                    f"(goal 6: {s.p99_ms / 6:.1f}x)")
+        elif s.clients == 16:
+            share = s.throughput_rps / noop.throughput_rps if noop.throughput_rps else float("nan")
+            ratio = s.p99_ms / s.p50_ms
+            ok = share >= 0.25 and ratio <= 3
+            text = f"throughput {share:.0%} of the no-op's (goal 25%), p99/p50 {ratio:.1f} (goal 3)"
+        else:
+            continue
+        out[name] = {"met": ok, "detail": text}
+        out["lines"].append(f"goal {name}: {'met' if ok else 'NOT met'}: {text}")
+    return out
+
+
 async def get_again(client: httpx.AsyncClient, path: str) -> httpx.Response:
     """A long-poll GET, retried once when a pooled connection was closed under it (idempotent)."""
     try:
@@ -516,7 +542,11 @@ def main(argv: list[str] | None = None) -> int:
             url, drop = make_store(backend, tmp)
             try:
                 print(f"{backend}:", flush=True)
-                report["series"] += [asdict(s) for s in run_http(backend, url, tmp, args)]
+                series = run_http(backend, url, tmp, args)
+                report["series"] += [asdict(s) for s in series]
+                report.setdefault("goals", {})[backend] = goals(series)
+                for line in report["goals"][backend]["lines"]:
+                    print(f"  {backend:10} {line}", flush=True)
                 report["breakdown_us"][backend] = breakdown(url, args.breakdown)
                 for step, us in report["breakdown_us"][backend].items():
                     print(f"  {backend:10} {step:55} wall {us['wall_us']:8.0f} µs  cpu {us['cpu_us']:8.0f} µs",
