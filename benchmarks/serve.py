@@ -352,8 +352,7 @@ def breakdown(url: str, n: int) -> dict[str, dict[str, float]]:
 
     profile, snapshot = docs()
     engine = open_store(url)
-    access = EvidenceAccess(url)
-    access._engine, access.present = engine, True
+    access = EvidenceAccess.over(engine)
     raw = json.dumps({"device": snapshot, "candidate": profile, "reserve": False}).encode()
     names = ("parse + validate the body", "resolve (profiles, snapshot, policy)",
              "decision: admit_async (reads, stage 1, certificate)", "  store: reserved bytes (alone)",
