@@ -4,21 +4,24 @@
     python benchmarks/serve.py --backends sqlite --seconds 2 # a quick run
 
 The server is a real ``canary serve`` subprocess on a loopback port; this process is the load
-generator (closed loop: each of N clients sends its next request when the last one is answered). For
-each backend, in the same run and against the same server:
+generator (closed loop: each of N clients sends its next request when the last one is answered), one
+keep-alive HTTP/1.1 socket per client with ``TCP_NODELAY`` and each request written in one ``send``
+(``HttpConnection``). For each backend, in the same run and against the same server:
 
 * ``noop``: ``GET /v1/noop`` (authentication, routing, JSON) — the ceiling for this server;
 * ``admit-value``: ``POST /v1/admissions`` answered from evidence, profile and snapshot sent by value;
 * ``admit-ref``: the same with registry references (``name@version``), as a scheduler sends them;
 
-at 1, 16 and 64 clients: throughput, p50, p99, and the server processes that served them. Goals on
+at 1, 16 and 64 clients: throughput, p50, p99, the server processes that served them, and the CPU
+time the server's processes and this client spent per request (``/proc``; on a shared machine the
+figure its other load distorts least), then each goal, met or not and by how much. Goals on
 PostgreSQL: one client p50 ≤ 3 ms and p99 ≤ 6 ms; 16 clients ≥ 25% of the no-op throughput with
 p99 ≤ 3 × p50. Cached admissions are sent with ``reserve: false`` (decide, do not book): booking
 200,000 times would fill the device, and the booking write is measured by the storm's admissions.
 
-Then, where the time of one cached admission goes (in this process, against the same store):
-request validation and resolution, stage 1 + evidence lookup (``pairs_to_probe``), the decision
-(``admit_async`` without a probe: stage 1, lookups), and serialising the certificate.
+Then, where the time of one cached admission goes (in this process, against the same store; wall
+and CPU): body validation, resolution, the decision (``admit_async`` without a probe), its store
+reads alone and in one transaction, stage 1, serialising the certificate, and one history row.
 
 Then a storm: 200 concurrent admissions over 10 unseen pairs on 4 simulated devices, served by 2
 worker processes → the store must record exactly 10 probes, never two running on one device at
