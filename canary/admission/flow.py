@@ -53,7 +53,14 @@ def utcnow() -> dt.datetime:
 
 
 def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
-    """Stage 1 and an evidence lookup; never probes."""
+    """Stage 1 and an evidence lookup (one read-only transaction); never probes."""
+    if access is not None:
+        with access.reading():
+            return _fit(req, access, now)
+    return _fit(req, None, now)
+
+
+def _fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
     reserved = access.reserved_bytes(req.device_id, now) if access is not None else 0
     hard = hard_fit(req, reserved_bytes_by_others=reserved)
     decision = hard_fit_decision(req, hard)
@@ -118,12 +125,14 @@ async def admit_async(
         engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess.over(engine)
     started = clock()
-    reserved_by_others = access.reserved_bytes(req.device_id, started)
-    hard = hard_fit(req, reserved_bytes_by_others=reserved_by_others)
-    decision = hard_fit_decision(req, hard)
+    with access.reading():  # the bookings and the evidence: one read-only transaction
+        reserved_by_others = access.reserved_bytes(req.device_id, started)
+        hard = hard_fit(req, reserved_bytes_by_others=reserved_by_others)
+        decision = hard_fit_decision(req, hard)
+        evidence = None if decision is not None else [access.lookup(req, r, started) for r in req.snapshot.residents]
     runs: list[ProbeRun] = []
     if decision is None:
-        evidence = [access.lookup(req, r, started) for r in req.snapshot.residents]
+        assert evidence is not None
         decision = cache_decision(req, evidence)
         missing = [(r, e) for r, e in zip(req.snapshot.residents, evidence, strict=True)
                    if e.outcome is None and e.key is not None]
@@ -142,6 +151,8 @@ async def admit_async(
             cached = [e for e in evidence if e.outcome is not None]
             decision = probe_decision(req, runs, cached)
     finished = clock()
+    if not runs and not reserve:  # nothing to record, book or store: no write transaction at all
+        return make_certificate(req, hard, decision, finished)
     with session_scope(engine) as session:
         recorded_ids: list[str] = []
         for run in runs:
