@@ -62,4 +62,5 @@ def _run(config: ServeConfig, *, log_level: str, access_log: bool) -> None:
             kwargs.update(ssl_ca_certs=config.tls_ca_certs, ssl_cert_reqs=ssl.CERT_REQUIRED)
     uvicorn.run("canary.serve.main:app_from_env", factory=True, host=config.host, port=config.port,
                 workers=config.workers, log_level=log_level, access_log=access_log, server_header=False,
-                timeout_graceful_shutdown=10, timeout_keep_alive=65, **kwargs)  # type: ignore[arg-type]
+                timeout_graceful_shutdown=10, timeout_keep_alive=65,
+                timeout_worker_healthcheck=config.worker_healthcheck_s, **kwargs)  # type: ignore[arg-type]

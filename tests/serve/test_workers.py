@@ -139,3 +139,23 @@ def test_a_bare_registry_name_follows_new_versions(api: Api) -> None:
         assert c.post("/v1/fit", json={"device": "h100-sxm", "candidate": f"{name}@1"}).json()["verdict"] == "admit"
 
 
+
+
+def test_the_worker_liveness_timeout_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn kills a worker that misses its 5 s liveness ping; on a CPU-starved node that drops every
+    request the worker holds (seen as 'server disconnected' under load). The setting is passed through."""
+    import uvicorn
+
+    from canary.serve.config import ServeConfig
+    from canary.serve.main import _run
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.delenv("CANARY_SERVE_CONFIG_JSON", raising=False)  # _run sets it; restored after
+    _run(ServeConfig(db_url="sqlite:///unused.sqlite3", workers=2), log_level="warning", access_log=False)
+    assert seen["timeout_worker_healthcheck"] == 30 and seen["workers"] == 2
+    _run(ServeConfig(db_url="sqlite:///unused.sqlite3", workers=2, worker_healthcheck_s=90), log_level="warning",
+         access_log=False)
+    assert seen["timeout_worker_healthcheck"] == 90
+    with pytest.raises(ValueError, match="worker_healthcheck_s"):
+        ServeConfig(db_url="sqlite:///unused.sqlite3", worker_healthcheck_s=0)
