@@ -32,7 +32,7 @@ from canary.certificate import (
 )
 from canary.errors import InputError
 from canary.hardfit import check, choose_regime, parse_regime
-from canary.hardfit.regime import Regime
+from canary.regime import Regime
 from canary.policy import Policy
 from canary.profile import WorkloadProfile
 from canary.snapshot import DeviceSnapshot, Resident

@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from canary.sim.device import SimDevice, SimOutOfMemory, SimPlacementError, SimWindow, parse_regime
+    from canary.sim.device import SimDevice, SimOutOfMemory, SimPlacementError, SimWindow, simulable_regime
     from canary.sim.model import ContentionParams, Traits, derive_traits
     from canary.sim.params import CALIBRATED, CalibratedRegime, calibrated_regime
     from canary.sim.truth import PairTruth, percentile_ms, true_pair_slowdown
@@ -33,7 +33,7 @@ __all__ = [
     "Traits",
     "calibrated_regime",
     "derive_traits",
-    "parse_regime",
+    "simulable_regime",
     "percentile_ms",
     "true_pair_slowdown",
 ]
@@ -52,7 +52,7 @@ _WHERE = {
     "SimOutOfMemory": "canary.sim.device",
     "SimPlacementError": "canary.sim.device",
     "SimWindow": "canary.sim.device",
-    "parse_regime": "canary.sim.device",
+    "simulable_regime": "canary.sim.device",
 }
 
 
