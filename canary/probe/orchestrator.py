@@ -47,7 +47,7 @@ from typing import Any, Literal
 import anyio
 
 from canary.errors import ProbeError
-from canary.probe.budget import RiskBudget
+from canary.policy import RiskBudget
 from canary.probe.interfaces import (
     Executor,
     ExposureGate,
