@@ -32,9 +32,9 @@ from canary.certificate import (
 )
 from canary.errors import InputError
 from canary.hardfit import check, choose_regime, parse_regime
-from canary.regime import Regime
 from canary.policy import Policy
 from canary.profile import WorkloadProfile
+from canary.regime import Regime
 from canary.snapshot import DeviceSnapshot, Resident
 
 if TYPE_CHECKING:

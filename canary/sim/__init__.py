@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from canary.sim.device import SimDevice, SimOutOfMemory, SimPlacementError, SimWindow, simulable_regime
     from canary.sim.model import ContentionParams, Traits, derive_traits
     from canary.sim.params import CALIBRATED, CalibratedRegime, calibrated_regime
-    from canary.sim.truth import PairTruth, percentile_ms, true_pair_slowdown
+    from canary.sim.truth import PairTruth, true_pair_slowdown
 
 __all__ = [
     "CALIBRATED",
@@ -34,7 +34,6 @@ __all__ = [
     "calibrated_regime",
     "derive_traits",
     "simulable_regime",
-    "percentile_ms",
     "true_pair_slowdown",
 ]
 
@@ -46,7 +45,6 @@ _WHERE = {
     "Traits": "canary.sim.model",
     "derive_traits": "canary.sim.model",
     "PairTruth": "canary.sim.truth",
-    "percentile_ms": "canary.sim.truth",
     "true_pair_slowdown": "canary.sim.truth",
     "SimDevice": "canary.sim.device",
     "SimOutOfMemory": "canary.sim.device",
