@@ -23,7 +23,7 @@ from canary.admission.decisions import (
     make_certificate,
     pairs_needing_probe,
     probe_decision,
-    reservation_capacity,
+    reservation_plan,
 )
 from canary.admission.request import Request
 from canary.admission.store import EvidenceAccess, feedback_evidence, open_store_for_writing, probe_evidence
@@ -35,7 +35,7 @@ from canary.snapshot import Resident
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from canary.probe.budget import RiskBudget
+    from canary.policy import RiskBudget
     from canary.probe.interfaces import Journal, Monitor
     from canary.probe.orchestrator import ProbeProgress
     from evidence_store.keys import PairKey
@@ -126,8 +126,7 @@ async def admit_async(
     access = EvidenceAccess.over(engine)
     started = clock()
     with access.reading():  # the bookings and the evidence: one read-only transaction
-        reserved_by_others = access.reserved_bytes(req.device_id, started)
-        hard = hard_fit(req, reserved_bytes_by_others=reserved_by_others)
+        hard = hard_fit(req, reserved_bytes_by_others=access.reserved_bytes(req.device_id, started))
         decision = hard_fit_decision(req, hard)
         evidence = None if decision is not None else [access.lookup(req, r, started) for r in req.snapshot.residents]
     runs: list[ProbeRun] = []
@@ -164,15 +163,14 @@ async def admit_async(
                 ids=tuple(recorded_ids), timestamp=finished, confidence=decision.confidence,
                 sources=("canary",), reason="recorded by this admission's probe(s)"))
         if decision.verdict == "admit" and reserve:
-            device_id, capacity, instance = reservation_capacity(req, hard, reserved_by_others)
-            demand = req.candidate.memory.peak_bytes + req.policy.per_context_overhead_bytes
+            plan = reservation_plan(req, hard)
             try:
                 booking = book(
-                    session, device_id=device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
-                    memory_bytes=demand, mig_instance=instance, capacity_memory_bytes=capacity,
-                    lease_s=req.policy.reservation_lease_s, now=finished)
+                    session, device_id=plan.device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
+                    memory_bytes=plan.memory_bytes, mig_instance=plan.mig_instance,
+                    capacity_memory_bytes=plan.capacity_bytes, lease_s=req.policy.reservation_lease_s, now=finished)
                 decision.reservations = (ReservationRef(id=booking.id, memory_bytes=booking.memory_bytes,
-                                                        mig_instance=instance,
+                                                        mig_instance=plan.mig_instance,
                                                         lease_expires_at=booking.expires_at),)
             except ReservationConflict as exc:
                 decision = Decision("reject", f"another admission booked the memory first: {exc}", "hard-fit",
@@ -216,7 +214,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
                              field="canary")
         from canary.probe.simlink import simulated_device
 
-        sim_device, handle = simulated_device(req.snapshot, req.spec, seed=seed, regime=str(req.regime),
+        sim_device, handle = simulated_device(req.snapshot, req.spec, seed=seed, regime=req.regime,
                                               params=req.sim_params, resident=resident.name)
     executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
     monitor = make_monitor(resident.profile, policy=req.policy, sim_device=sim_device, sim_resident_handle=handle)
