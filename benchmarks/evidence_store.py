@@ -8,7 +8,7 @@ For each backend it loads ``--rows`` evidence records into a fresh store (SQLite
 executemany; PostgreSQL: ``COPY``), then measures, in the same run:
 
 * ``lookup`` latency (p50/p99) through the public path (a read-only ``session_scope`` around
-  ``repository.lookup``), on keys that exist and keys that do not;
+  ``evidence_store.lookup.lookup``), on keys that exist and keys that do not;
 * the baseline: the same lookup query with the key index disabled (SQLite ``NOT INDEXED``,
   PostgreSQL ``enable_indexscan/bitmapscan = off``), so the index's effect is a measured ratio;
 * write throughput of ``record_evidence``, one committed transaction per record, and the per-row
@@ -44,9 +44,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 from sqlalchemy import Engine, Table, insert  # noqa: E402
 
-from evidence_store import repository as repo  # noqa: E402
 from evidence_store.engine import make_engine, run_transaction, session_scope, upgrade  # noqa: E402
+from evidence_store.evidence import record_evidence  # noqa: E402
 from evidence_store.keys import PairKey  # noqa: E402
+from evidence_store.lookup import lookup, lookup_query  # noqa: E402
 from evidence_store.models import Evidence  # noqa: E402
 from evidence_store.schemas import EvidenceIn  # noqa: E402
 
@@ -177,7 +178,7 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
 
 
 def lookup_sql(key: PairKey, engine: Engine) -> str:
-    query = repo.lookup_query(key, now=NOW, ttl_s=TTL_S)
+    query = lookup_query(key, now=NOW, ttl_s=TTL_S)
     return str(query.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
 
 
@@ -270,7 +271,7 @@ def run_backend(backend: str, url: str, args: argparse.Namespace) -> Figures:
 
         def do_lookup(key: PairKey) -> None:
             with session_scope(engine, read_only=True) as session:
-                repo.lookup(
+                lookup(
                     session, key, driver_version=DRIVERS[0], now=NOW, ttl_s=TTL_S, allow_cross_driver=False
                 )
 
@@ -303,7 +304,7 @@ def run_backend(backend: str, url: str, args: argparse.Namespace) -> Figures:
         ]
         start = time.perf_counter()
         for rec in records:
-            run_transaction(engine, lambda session, r=rec: repo.record_evidence(session, r))  # type: ignore[misc]
+            run_transaction(engine, lambda session, r=rec: record_evidence(session, r))  # type: ignore[misc]
         writes_per_s = args.writes / (time.perf_counter() - start)
 
         return Figures(

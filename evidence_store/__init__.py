@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from evidence_store.keys import PairKey
 
 if TYPE_CHECKING:
+    from evidence_store.certificates import get_certificate, record_certificate
     from evidence_store.engine import (
         RetryPolicy,
         check_schema,
@@ -28,27 +29,17 @@ if TYPE_CHECKING:
         upgrade,
     )
     from evidence_store.errors import LeaseLost, ReservationConflict, TransientStoreError
-    from evidence_store.location import default_db_url
-    from evidence_store.repository import (
-        active_reservations,
-        expire,
+    from evidence_store.evidence import expire, get_evidence, history, mark_stale, record_evidence, revoke
+    from evidence_store.journal import (
         expired_probes,
-        get_certificate,
-        get_evidence,
-        history,
         journal_get,
         journal_heartbeat,
         journal_start,
         journal_update,
-        lookup,
-        mark_stale,
-        record_certificate,
-        record_evidence,
-        release,
-        reserve,
-        reserved_bytes,
-        revoke,
     )
+    from evidence_store.location import default_db_url
+    from evidence_store.lookup import lookup
+    from evidence_store.reservations import active_reservations, release, reserve, reserved_bytes
     from evidence_store.schemas import (
         CertificateOut,
         EvidenceIn,
@@ -69,31 +60,31 @@ _LAZY: dict[str, str] = {
     "ReservationOut": "evidence_store.schemas",
     "RetryPolicy": "evidence_store.engine",
     "TransientStoreError": "evidence_store.errors",
-    "active_reservations": "evidence_store.repository",
+    "active_reservations": "evidence_store.reservations",
     "check_schema": "evidence_store.engine",
     "current": "evidence_store.engine",
     "default_db_url": "evidence_store.location",
     "downgrade": "evidence_store.engine",
-    "expire": "evidence_store.repository",
-    "expired_probes": "evidence_store.repository",
-    "get_certificate": "evidence_store.repository",
-    "get_evidence": "evidence_store.repository",
-    "history": "evidence_store.repository",
-    "journal_get": "evidence_store.repository",
-    "journal_heartbeat": "evidence_store.repository",
-    "journal_start": "evidence_store.repository",
-    "journal_update": "evidence_store.repository",
-    "lookup": "evidence_store.repository",
+    "expire": "evidence_store.evidence",
+    "expired_probes": "evidence_store.journal",
+    "get_certificate": "evidence_store.certificates",
+    "get_evidence": "evidence_store.evidence",
+    "history": "evidence_store.evidence",
+    "journal_get": "evidence_store.journal",
+    "journal_heartbeat": "evidence_store.journal",
+    "journal_start": "evidence_store.journal",
+    "journal_update": "evidence_store.journal",
+    "lookup": "evidence_store.lookup",
     "make_engine": "evidence_store.engine",
-    "mark_stale": "evidence_store.repository",
+    "mark_stale": "evidence_store.evidence",
     "open_store": "evidence_store.engine",
-    "record_certificate": "evidence_store.repository",
-    "record_evidence": "evidence_store.repository",
+    "record_certificate": "evidence_store.certificates",
+    "record_evidence": "evidence_store.evidence",
     "redact": "evidence_store.engine",
-    "release": "evidence_store.repository",
-    "reserve": "evidence_store.repository",
-    "reserved_bytes": "evidence_store.repository",
-    "revoke": "evidence_store.repository",
+    "release": "evidence_store.reservations",
+    "reserve": "evidence_store.reservations",
+    "reserved_bytes": "evidence_store.reservations",
+    "revoke": "evidence_store.evidence",
     "run_transaction": "evidence_store.engine",
     "session_scope": "evidence_store.engine",
     "upgrade": "evidence_store.engine",

@@ -275,7 +275,7 @@ def run_transaction(
 ) -> T:
     """``fn(session)`` in one ``session_scope``, retried whole on a transient error.
 
-    ``fn`` must be safe to run again (every repository write is). Raises ``StoreUnavailable`` when the
+    ``fn`` must be safe to run again (every store write is). Raises ``StoreUnavailable`` when the
     attempts are spent.
     """
 

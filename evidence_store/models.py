@@ -27,6 +27,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from evidence_store.keys import PairKey
+
 NAMING_CONVENTION: dict[str, str] = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -114,6 +116,18 @@ class Evidence(Base):
     stale_reason: Mapped[str | None] = mapped_column(Text)
     # Imported records only: the file, the source the exporting store gave, and when it was imported.
     origin: Mapped[str | None] = mapped_column(Text)
+
+    @property
+    def key(self) -> PairKey:
+        """The pair key the record is about, assembled from its columns (not a column itself)."""
+        return PairKey(
+            resident_version=self.resident_version,
+            resident_shape_family=self.resident_shape_family,
+            candidate_version=self.candidate_version,
+            candidate_shape_family=self.candidate_shape_family,
+            device_type=self.device_type,
+            regime=self.regime,
+        )
 
 
 class Certificate(Base):

@@ -1,6 +1,8 @@
 """Pydantic models: what goes into the store and what comes out.
 
-These never import the ORM models (``evidence_store.models``); the repository converts between the two.
+These never import the ORM models (``evidence_store.models``); the stored shapes (``EvidenceOut``,
+``ProbeRow``, ``ReservationOut``) read an ORM row directly with ``Model.model_validate(row)``
+(``from_attributes``).
 Every timestamp is timezone-aware and normalised to UTC; a naive timestamp is rejected, because a
 clock without a zone cannot be compared with a lease or a TTL.
 
@@ -10,10 +12,19 @@ Slowdowns are fractions of the resident's solo latency (or throughput loss): ``0
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from evidence_store.keys import PairKey
 
@@ -114,7 +125,10 @@ class EvidenceOut(EvidenceIn):
 
     ``superseded_by`` is the id of the next newer record of the same key (``None`` while it is the
     newest); ``revoked_reason`` / ``stale_reason`` are ``None`` unless the status says so.
+    Validates from an ORM ``Evidence`` row too (its ``key`` property assembles the pair key).
     """
+
+    model_config = ConfigDict(from_attributes=True)
 
     id: str
     key_digest: str
@@ -161,10 +175,13 @@ class CertificateOut(_Frozen):
 
 
 class ProbeRow(_Frozen):
-    """One probe in the journal. ``result_json`` is ``None`` until the probe reports a result."""
+    """One probe in the journal. ``result_json`` is ``None`` until the probe reports a result.
+    Validates from an ORM ``ProbeJournal`` row too (``key`` is read from its ``key_json``)."""
+
+    model_config = ConfigDict(from_attributes=True)
 
     probe_id: str
-    key: PairKey
+    key: PairKey = Field(validation_alias=AliasChoices("key", "key_json"))
     key_digest: str
     owner: str
     pid: int
@@ -176,10 +193,17 @@ class ProbeRow(_Frozen):
     updated_at: AwareDatetime
     lease_expires_at: AwareDatetime
 
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key_from_json(cls, value: Any) -> Any:
+        return PairKey.from_dict(value) if isinstance(value, Mapping) else value
+
 
 class ReservationOut(_Frozen):
     """One booking. ``mps_pct`` / ``mig_instance`` are ``None`` when the booking holds none;
     ``released_at`` is ``None`` while it was never released (it may still have expired)."""
+
+    model_config = ConfigDict(from_attributes=True)
 
     id: str
     device_id: str

@@ -69,10 +69,10 @@ def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, po
     """A device's driver changed: mark the device type's evidence under other drivers stale (the store's
     rule), queue revalidation probes on this device for the device type's most requested pairs — at most
     ``policy.revalidation_budget_pairs`` — and record the drift event."""
-    from evidence_store import repository
+    from evidence_store import evidence
 
     new_driver = pub.driver_version
-    stale = repository.mark_stale(session, driver_not=new_driver, device_type=pub.device_type) if new_driver else 0
+    stale = evidence.mark_stale(session, driver_not=new_driver, device_type=pub.device_type) if new_driver else 0
     budget = policy.revalidation_budget_pairs
     probes: list[dict[str, Any]] = []
     own_uuid = pub.snapshot_json.get("uuid")

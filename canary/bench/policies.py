@@ -356,14 +356,14 @@ class FullEngine:
     def _release(view: ScenarioView, ids: list[str]) -> None:
         if not ids:
             return
-        from evidence_store import repository
         from evidence_store.engine import open_store, session_scope
+        from evidence_store.reservations import release
 
         engine = open_store(view.db_url)
         try:
             with session_scope(engine) as session:
                 for rid in ids:
-                    repository.release(session, rid, now=view.clock())
+                    release(session, rid, now=view.clock())
         finally:
             engine.dispose()
 

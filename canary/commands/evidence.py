@@ -73,8 +73,8 @@ def run_list(args: argparse.Namespace) -> int:
 
     from evidence_store.cli_support import evidence_rows, store, table, write_json
     from evidence_store.engine import session_scope
+    from evidence_store.evidence import list_evidence
     from evidence_store.models import Evidence
-    from evidence_store.repository import list_evidence
 
     if not 0 <= args.limit <= 10**9:
         from canary.errors import UsageError
@@ -116,7 +116,7 @@ def run_show(args: argparse.Namespace) -> int:
         write_json,
     )
     from evidence_store.engine import session_scope
-    from evidence_store.repository import history
+    from evidence_store.evidence import history
 
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
         full_id = resolve_evidence_id(session, args.id)
@@ -173,7 +173,7 @@ def run_show(args: argparse.Namespace) -> int:
 def run_expire(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import parse_time, store
     from evidence_store.engine import session_scope
-    from evidence_store.repository import expire
+    from evidence_store.evidence import expire
 
     before = parse_time(args.before, field="--before") if args.before else None
     if not args.yes:
@@ -202,7 +202,7 @@ def run_expire(args: argparse.Namespace) -> int:
 def run_revoke(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import resolve_evidence_id, store
     from evidence_store.engine import session_scope
-    from evidence_store.repository import revoke
+    from evidence_store.evidence import revoke
 
     with store(args.db) as engine, session_scope(engine) as session:
         full_id = resolve_evidence_id(session, args.id)
@@ -216,7 +216,7 @@ def run_export(args: argparse.Namespace) -> int:
 
     from evidence_store.cli_support import check_export_target, read_fleet_key, store, write_export
     from evidence_store.engine import session_scope
-    from evidence_store.repository import iter_evidence
+    from evidence_store.transfer import iter_evidence
 
     key = read_fleet_key(args.key)
     path = None if args.file == "-" else Path(args.file)
@@ -238,7 +238,7 @@ def run_import(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import key_id, read_export, read_fleet_key, store
     from evidence_store.engine import session_scope
     from evidence_store.import_check import check_record
-    from evidence_store.repository import import_records
+    from evidence_store.transfer import import_records
 
     path = Path(args.file)
     policy = load_policy(args.policy)

@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> None:
 def run_list(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import reservation_rows, store, table, utc_now, write_json
     from evidence_store.engine import session_scope
-    from evidence_store.repository import list_reservations
+    from evidence_store.reservations import list_reservations
 
     now = utc_now()
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
@@ -52,7 +52,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_release(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import resolve_reservation_id, store, utc_now
     from evidence_store.engine import session_scope
-    from evidence_store.repository import release
+    from evidence_store.reservations import release
 
     with store(args.db) as engine, session_scope(engine) as session:
         full_id = resolve_reservation_id(session, args.id)

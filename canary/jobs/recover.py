@@ -100,7 +100,7 @@ def _mark_aborted(
 ) -> RecoveredProbe | None:
     """Close ``row`` as aborted, unless it is no longer an expired running probe (another recoverer
     closed it, or its owner renewed the lease, since it was read)."""
-    from evidence_store.repository import journal_get, journal_update
+    from evidence_store.journal import journal_get, journal_update
 
     current = journal_get(session, row.probe_id)
     if current is None or current.state != "running" or not current.lease_expires_at < now:
@@ -130,7 +130,7 @@ def recover_store(
     write transaction. Killing takes up to ``2 × term_grace_s`` per orphan; holding the store's write
     lock that long would stall every other prober's heartbeat."""
     from evidence_store.engine import session_scope
-    from evidence_store.repository import expired_probes
+    from evidence_store.journal import expired_probes
 
     with session_scope(engine, read_only=True) as session:
         rows = expired_probes(session, now)
@@ -162,7 +162,7 @@ def recover(
 
     The caller's transaction stays open while canaries are killed; prefer :func:`recover_store`
     unless the recovery must commit together with the caller's other writes."""
-    from evidence_store.repository import expired_probes
+    from evidence_store.journal import expired_probes
 
     done = []
     for row in expired_probes(session, now):

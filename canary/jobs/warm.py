@@ -215,19 +215,19 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
 
 
 def mark_stale(db_url: str | None, *, driver: str, device_type: str | None, now: dt.datetime) -> int:
-    from evidence_store import repository
+    from evidence_store import evidence
     from evidence_store.engine import session_scope
 
     engine = open_store_for_writing(db_url)
     with session_scope(engine) as session:
-        return repository.mark_stale(session, driver_not=driver, device_type=device_type)
+        return evidence.mark_stale(session, driver_not=driver, device_type=device_type)
 
 
 def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, driver: str) -> None:
     """For the drift report: the newest stale record of each probed pair (recorded under another driver)."""
     from canary.admission import pair_key
-    from evidence_store import repository
     from evidence_store.engine import session_scope
+    from evidence_store.evidence import list_evidence
 
     engine = open_store_for_writing(db_url)
     updated = []
@@ -241,7 +241,7 @@ def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, 
                 key = pair_key(req, resident)
                 if key is None:
                     continue
-                rows = repository.list_evidence(session, pair=f"{key.resident_version}:{key.candidate_version}",
+                rows = list_evidence(session, pair=f"{key.resident_version}:{key.candidate_version}",
                                                 device_type=key.device_type, status="stale")
                 rows = [r for r in rows if r.key == key and r.outcome in ("safe", "unsafe")]
                 if rows:

@@ -451,7 +451,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> list[dict[str, Any]]:
         """Evidence records, newest first."""
-        from evidence_store.repository import list_evidence as repo_list
+        from evidence_store.evidence import list_evidence as repo_list
 
         rows = await anyio.to_thread.run_sync(lambda: svc.db("evidence_list", lambda s: repo_list(
             s, pair=pair, device_type=device_type, status=status, limit=limit), read_only=True))  # type: ignore[arg-type]
@@ -461,7 +461,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
              responses={404: PROBLEM, **ERRORS})
     async def show_evidence(evidence_id: str, svc: Svc) -> dict[str, Any]:
         """One record and the history of its pair key (newest first)."""
-        from evidence_store.repository import get_evidence, history
+        from evidence_store.evidence import get_evidence, history
 
         def work(s: Any) -> Any:
             rec = get_evidence(s, evidence_id)
@@ -477,7 +477,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
               responses={404: PROBLEM, **ERRORS})
     async def revoke_evidence(evidence_id: str, body: S.RevokeRequest, svc: Svc) -> dict[str, Any]:
         """Revoke one record with a reason (append-only: it stays, marked revoked)."""
-        from evidence_store.repository import get_evidence, revoke
+        from evidence_store.evidence import get_evidence, revoke
 
         def work(s: Any) -> Any:
             if get_evidence(s, evidence_id) is None:
@@ -510,7 +510,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         all: Annotated[bool, Query(description="include released and expired bookings")] = False,
     ) -> list[dict[str, Any]]:
         """Bookings, by device then age."""
-        from evidence_store.repository import list_reservations as repo_list
+        from evidence_store.reservations import list_reservations as repo_list
 
         now = utcnow()
         rows = await anyio.to_thread.run_sync(lambda: svc.db("reservations_list", lambda s: repo_list(
@@ -522,7 +522,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
     async def release_reservation(reservation_id: str, svc: Svc) -> dict[str, str]:
         """Free a booking (releasing a released one changes nothing)."""
         from evidence_store.models import Reservation
-        from evidence_store.repository import release
+        from evidence_store.reservations import release
 
         def work(s: Any) -> bool:
             if s.get(Reservation, reservation_id) is None:

@@ -88,8 +88,8 @@ def recover_dead_journal(session: Any, now: dt.datetime, is_dead: Callable[[str]
     """Abort probe-journal rows still ``running`` whose owner process is gone (kill their canary first).
     ``canary recover`` handles expired leases; this catches a dead owner on this host at once."""
     from canary.jobs.recover import kill_orphan
+    from evidence_store.journal import journal_update
     from evidence_store.models import ProbeJournal
-    from evidence_store.repository import journal_update
 
     rows = session.scalars(select(ProbeJournal).where(ProbeJournal.state == "running")).all()
     n = 0

@@ -16,8 +16,9 @@ import pytest
 from canary.serve.fleet import pair_keys_of
 from canary.serve.resolve import resolve
 from canary.serve.schemas import DecisionRequest
-from evidence_store import fleet, probe_queue, repository
+from evidence_store import fleet, probe_queue
 from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.evidence import record_evidence
 from evidence_store.fleet_models import WarmPlanRecord
 from evidence_store.schemas import EvidenceIn
 from tests.agent.conftest import WAIT_S, rows
@@ -79,7 +80,7 @@ def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path
         # p6 (rarely asked) has evidence expiring in 12 h, p7's expires in 48 h (outside the window)
         for pair, ttl in (("p6", dt.timedelta(hours=12)), ("p7", dt.timedelta(hours=48))):
             key = pair_keys_of(resolved[pair].request)[0]
-            repository.record_evidence(session, _evidence(key, f"probe-{pair}", now - dt.timedelta(hours=1),
+            record_evidence(session, _evidence(key, f"probe-{pair}", now - dt.timedelta(hours=1),
                                                           ttl + dt.timedelta(hours=1)))
     engine.dispose()
     top = _expected_top(events, 86400, 3)

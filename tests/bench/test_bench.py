@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from canary.bench.metrics import Outcome, summarize
-from tests.support.paths import SHARED, canary_cmd, cli_env
+from tests.support.paths import canary_cmd, cli_env
 
 PNGS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png")
 ENGINE = "+pairwise evidence (full engine)"
@@ -169,7 +169,6 @@ def test_same_seed_same_results_apart_from_wall_clock() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED / "data" / "gavel").is_dir(), reason="../shared/data/gavel is absent")
 def test_gavel_draw_follows_the_seed() -> None:
     from canary.bench.scenarios import build_suite
 

@@ -13,9 +13,11 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from evidence_store import repository as repo
+from evidence_store import reservations
+from evidence_store.certificates import record_certificate
 from evidence_store.engine import RetryPolicy, make_engine, run_transaction, session_scope
 from evidence_store.errors import ReservationConflict
+from evidence_store.evidence import record_evidence
 from tests.evidence_store.evidence_store_testkit import evidence
 
 GIB = 2**30
@@ -32,7 +34,7 @@ def reserve(url: str, device: str, gib: float, capacity_gib: float) -> None:
     try:
         booking = run_transaction(
             engine,
-            lambda session: repo.reserve(
+            lambda session: reservations.reserve(
                 session,
                 device_id=device,
                 holder=f"pid-{__import__('os').getpid()}",
@@ -58,12 +60,12 @@ def writer(url: str) -> None:
     while True:
         with session_scope(engine) as session:
             ids = [
-                repo.record_evidence(
+                record_evidence(
                     session, evidence(f"g{group}-r{i}", created_at=base + timedelta(seconds=group * 3 + i))
                 ).id
                 for i in range(3)
             ]
-            repo.record_certificate(session, {"group": group, "ids": ids}, ids)
+            record_certificate(session, {"group": group, "ids": ids}, ids)
             time.sleep(0.005)  # inside the transaction: a kill often lands here
         sys.stdout.write(f"committed {group}\n")
         sys.stdout.flush()

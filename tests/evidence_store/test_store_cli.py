@@ -13,8 +13,9 @@ import pytest
 
 from canary.cli import _run, build_parser
 from evidence_store import engine as store_engine
-from evidence_store import repository as repo
 from evidence_store.engine import RetryPolicy, make_engine, session_scope, upgrade
+from evidence_store.evidence import record_evidence
+from evidence_store.reservations import reserve
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence
 
 Run = Callable[..., tuple[int, str, str]]
@@ -47,11 +48,11 @@ def _fill(url: str) -> list[str]:
     try:
         with session_scope(eng) as session:
             ids = [
-                repo.record_evidence(session, evidence("p-a", created_at=T0)).id,
-                repo.record_evidence(
+                record_evidence(session, evidence("p-a", created_at=T0)).id,
+                record_evidence(
                     session, evidence("p-b", created_at=T0 + timedelta(hours=1), outcome="unsafe")
                 ).id,
-                repo.record_evidence(
+                record_evidence(
                     session,
                     evidence(
                         "p-c",
@@ -60,7 +61,7 @@ def _fill(url: str) -> list[str]:
                     ),
                 ).id,
             ]
-            repo.reserve(
+            reserve(
                 session,
                 device_id="GPU-1",
                 holder="admit-7",

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from evidence_store import repository as repo
 from evidence_store.engine import session_scope
+from evidence_store.evidence import list_evidence, record_evidence
 from evidence_store.models import Certificate, CertificateEvidence, Evidence, Reservation
 from tests.support.subprocesses import Child
 
@@ -95,7 +95,7 @@ def test_sigkilled_writer_loses_nothing_committed_and_leaves_nothing_half_writte
             (cert.certificate_json, links.get(cert.id, 0)) for cert in session.scalars(select(Certificate))
         ]
         evidence_count = session.scalar(select(func.count()).select_from(Evidence))
-        records = repo.list_evidence(session)  # every row must still validate as a whole record
+        records = list_evidence(session)  # every row must still validate as a whole record
     stored_groups = sorted(int(cert["group"]) for cert, _ in groups)
     # Everything reported committed is there; at most the one group in flight may also have landed.
     assert stored_groups[: last_reported + 1] == list(range(last_reported + 1))
@@ -110,4 +110,4 @@ def test_sigkilled_writer_loses_nothing_committed_and_leaves_nothing_half_writte
     from tests.evidence_store.evidence_store_testkit import evidence
 
     with session_scope(engine) as session:
-        repo.record_evidence(session, evidence("after-crash"))
+        record_evidence(session, evidence("after-crash"))

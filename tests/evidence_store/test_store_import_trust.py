@@ -13,10 +13,12 @@ import pytest
 from sqlalchemy import Engine
 
 from canary.errors import InputError
-from evidence_store import repository as repo
 from evidence_store.cli_support import write_export
 from evidence_store.engine import session_scope
+from evidence_store.evidence import list_evidence, record_evidence
+from evidence_store.lookup import lookup
 from evidence_store.schemas import EvidenceOut
+from evidence_store.transfer import import_records
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence
 
 NOW = T0 + __import__("datetime").timedelta(hours=2)
@@ -31,20 +33,20 @@ def _exported(probe_id: str, **kwargs: object) -> EvidenceOut:
 
 def _lookup(engine: Engine) -> object:
     with session_scope(engine, read_only=True) as session:
-        return repo.lookup(session, KEY, driver_version="550.54.15", now=NOW, ttl_s=86400.0, allow_cross_driver=False)
+        return lookup(session, KEY, driver_version="550.54.15", now=NOW, ttl_s=86400.0, allow_cross_driver=False)
 
 
 def test_imported_records_are_marked_with_their_origin(engine: Engine) -> None:
     given = _exported("remote-1")
     with session_scope(engine) as session:
-        result = repo.import_records(session, [given], origin="file fleet.jsonl imported 2026-11-30T08:00:00Z")
+        result = import_records(session, [given], origin="file fleet.jsonl imported 2026-11-30T08:00:00Z")
     assert result.inserted == 1
     with session_scope(engine, read_only=True) as session:
-        (stored,) = repo.list_evidence(session)
+        (stored,) = list_evidence(session)
     assert stored.source == "import"
     assert stored.origin == "file fleet.jsonl imported 2026-11-30T08:00:00Z; exported with source canary"
     with session_scope(engine) as session:  # the same file again: unchanged, not a conflict
-        again = repo.import_records(session, [given], origin="file fleet.jsonl imported later")
+        again = import_records(session, [given], origin="file fleet.jsonl imported later")
     assert (again.inserted, again.unchanged, again.conflicts) == (0, 1, [])
 
 
@@ -59,8 +61,8 @@ def test_imported_records_are_marked_with_their_origin(engine: Engine) -> None:
 def test_imported_evidence_never_outweighs_local(engine: Engine, local: str | None, imported: str, outcome: str) -> None:
     with session_scope(engine) as session:
         if local is not None:
-            repo.record_evidence(session, evidence("local-1", outcome=local, confidence=0.91))
-        repo.import_records(
+            record_evidence(session, evidence("local-1", outcome=local, confidence=0.91))
+        import_records(
             session, [_exported("remote-1", outcome=imported, confidence=0.999)], origin="file x.jsonl"
         )
     result = _lookup(engine)
@@ -136,7 +138,7 @@ def test_the_cli_signs_and_verifies_with_the_operator_key(tmp_path: Path) -> Non
     eng = make_engine(source)
     try:
         with session_scope(eng) as session:
-            repo.record_evidence(session, evidence("cli-1", created_at=NOW))
+            record_evidence(session, evidence("cli-1", created_at=NOW))
     finally:
         eng.dispose()
     env = cli_env(tmp_path) | {"CANARY_FLEET_KEY_FILE": str(keyfile)}

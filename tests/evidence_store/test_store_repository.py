@@ -10,10 +10,28 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 
 from canary.errors import InputError
-from evidence_store import repository as repo
+from evidence_store.certificates import get_certificate, record_certificate
 from evidence_store.engine import session_scope
 from evidence_store.errors import LeaseLost, ReservationConflict
+from evidence_store.evidence import (
+    expire,
+    get_evidence,
+    history,
+    list_evidence,
+    mark_stale,
+    record_evidence,
+    revoke,
+)
+from evidence_store.journal import (
+    expired_probes,
+    journal_get,
+    journal_heartbeat,
+    journal_start,
+    journal_update,
+)
 from evidence_store.keys import PairKey
+from evidence_store.lookup import lookup
+from evidence_store.reservations import active_reservations, release, reserve, reserved_bytes
 from evidence_store.schemas import EvidenceIn, EvidenceOut
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence
 
@@ -24,7 +42,7 @@ OTHER_KEY = PairKey(**{**KEY.as_dict(), "candidate_version": "sha256:aaaa"})
 
 def _record(engine: Engine, *records: EvidenceIn) -> list[EvidenceOut]:
     with session_scope(engine) as session:
-        return [repo.record_evidence(session, r) for r in records]
+        return [record_evidence(session, r) for r in records]
 
 
 # --- writes ---------------------------------------------------------------------------------------
@@ -34,7 +52,7 @@ def test_record_round_trips_every_field_in_utc(engine: Engine) -> None:
     given = evidence("p1", created_at=datetime(2026, 11, 30, 8, 0, tzinfo=timezone(timedelta(hours=2))))
     (stored,) = _record(engine, given)
     with session_scope(engine, read_only=True) as session:
-        again = repo.get_evidence(session, stored.id)
+        again = get_evidence(session, stored.id)
     assert again is not None
     assert again.as_input() == given
     assert again.created_at.tzinfo is not None and again.created_at.utcoffset() == timedelta(0)
@@ -48,7 +66,7 @@ def test_retried_write_is_idempotent_on_probe_id(engine: Engine) -> None:
     (second,) = _record(engine, evidence("p1"))
     assert second.id == first.id
     with session_scope(engine, read_only=True) as session:
-        assert len(repo.list_evidence(session)) == 1
+        assert len(list_evidence(session)) == 1
 
 
 def test_same_probe_id_with_other_content_is_refused(engine: Engine) -> None:
@@ -78,7 +96,7 @@ def test_newer_evidence_supersedes_and_history_is_kept(engine: Engine) -> None:
         evidence("p-mid", created_at=T0 + HOUR),  # arrives late: the chain still follows time
     )
     with session_scope(engine, read_only=True) as session:
-        chain = repo.history(session, old.id)
+        chain = history(session, old.id)
     assert [r.probe_id for r in chain] == ["p-new", "p-mid", "p-old"]
     assert chain[2].superseded_by == chain[1].id
     assert chain[1].superseded_by == chain[0].id
@@ -99,7 +117,7 @@ def _lookup(engine: Engine, **overrides: object) -> object:
     }
     options.update(overrides)
     with session_scope(engine, read_only=True) as session:
-        return repo.lookup(session, KEY, **options)  # type: ignore[arg-type]
+        return lookup(session, KEY, **options)  # type: ignore[arg-type]
 
 
 LOOKUP_CASES: list[tuple[str, list[EvidenceIn], dict[str, object], str | None, str]] = [
@@ -228,34 +246,34 @@ def test_expire_revoke_and_driver_change_keep_history(engine: Engine) -> None:
         evidence("d", key=OTHER_KEY, created_at=T0),
     )
     with session_scope(engine) as session:
-        assert repo.mark_stale(session, driver_not="550.54.15", device_type="a100-80gb") == 0
-        assert repo.mark_stale(session, driver_not="550.54.15") == 2  # b (other driver) and c (unknown)
-        assert repo.expire(session, before=T0 - 150 * timedelta(minutes=1)) == 1  # a only
-        repo.revoke(session, d.id, "harness bug in that run")
-        repo.revoke(session, d.id, "a second reason is ignored")
-        assert repo.expire(session, key=OTHER_KEY) == 0  # revoked is not current
+        assert mark_stale(session, driver_not="550.54.15", device_type="a100-80gb") == 0
+        assert mark_stale(session, driver_not="550.54.15") == 2  # b (other driver) and c (unknown)
+        assert expire(session, before=T0 - 150 * timedelta(minutes=1)) == 1  # a only
+        revoke(session, d.id, "harness bug in that run")
+        revoke(session, d.id, "a second reason is ignored")
+        assert expire(session, key=OTHER_KEY) == 0  # revoked is not current
     with session_scope(engine, read_only=True) as session:
         statuses = {
-            r.probe_id: (r.status, r.stale_reason or r.revoked_reason) for r in repo.list_evidence(session)
+            r.probe_id: (r.status, r.stale_reason or r.revoked_reason) for r in list_evidence(session)
         }
-        assert len(repo.history(session, a.id)) == 3
+        assert len(history(session, a.id)) == 3
     assert statuses["a"][0] == "stale" and "expired" in str(statuses["a"][1])
     assert statuses["b"] == ("stale", "driver changed to 550.54.15")
     assert statuses["c"][0] == "stale"
     assert statuses["d"] == ("revoked", "harness bug in that run")
     assert _lookup(engine).outcome is None  # type: ignore[attr-defined]
     with session_scope(engine) as session, pytest.raises(InputError, match="no evidence"):
-        repo.revoke(session, "no-such-id", "x")
+        revoke(session, "no-such-id", "x")
 
 
 def test_list_filters(engine: Engine) -> None:
     _record(engine, evidence("a"), evidence("b", key=OTHER_KEY))
     with session_scope(engine, read_only=True) as session:
         pair = f"{KEY.resident_version}:{KEY.candidate_version}"  # both versions contain ':'
-        assert [r.probe_id for r in repo.list_evidence(session, pair=pair)] == ["a"]
-        assert len(repo.list_evidence(session, device_type="h100-sxm")) == 2
-        assert repo.list_evidence(session, device_type="mi300x") == []
-        assert repo.list_evidence(session, status="stale") == []
+        assert [r.probe_id for r in list_evidence(session, pair=pair)] == ["a"]
+        assert len(list_evidence(session, device_type="h100-sxm")) == 2
+        assert list_evidence(session, device_type="mi300x") == []
+        assert list_evidence(session, status="stale") == []
 
 
 # --- certificates ---------------------------------------------------------------------------------
@@ -265,18 +283,18 @@ def test_certificates_link_to_existing_evidence(engine: Engine) -> None:
     a, b = _record(engine, evidence("a"), evidence("b"))
     cert = {"verdict": "admit", "confidence": 0.95, "evidence": {"ids": [a.id, b.id]}}
     with session_scope(engine) as session:
-        cert_id = repo.record_certificate(session, cert, [a.id, b.id, a.id], recorded_at=NOW)
+        cert_id = record_certificate(session, cert, [a.id, b.id, a.id], recorded_at=NOW)
     with session_scope(engine, read_only=True) as session:
-        stored = repo.get_certificate(session, cert_id)
-        assert repo.get_certificate(session, "missing") is None
+        stored = get_certificate(session, cert_id)
+        assert get_certificate(session, "missing") is None
     assert stored is not None
     assert stored.certificate_json == cert
     assert stored.evidence_ids == tuple(sorted([a.id, b.id]))
     assert stored.recorded_at == NOW
     with session_scope(engine) as session, pytest.raises(InputError, match="no evidence with id"):
-        repo.record_certificate(session, cert, ["nope"])
+        record_certificate(session, cert, ["nope"])
     with session_scope(engine) as session, pytest.raises(InputError, match="not plain JSON"):
-        repo.record_certificate(session, {"when": datetime.now(UTC)}, [])
+        record_certificate(session, {"when": datetime.now(UTC)}, [])
 
 
 # --- probe journal --------------------------------------------------------------------------------
@@ -285,7 +303,7 @@ def test_certificates_link_to_existing_evidence(engine: Engine) -> None:
 def test_journal_lease_lifecycle(engine: Engine) -> None:
     def start() -> None:
         with session_scope(engine) as session:
-            repo.journal_start(
+            journal_start(
                 session,
                 probe_id="probe-1",
                 key=KEY,
@@ -300,28 +318,28 @@ def test_journal_lease_lifecycle(engine: Engine) -> None:
     start()
     start()  # a retried start is harmless
     with session_scope(engine) as session:
-        assert repo.expired_probes(session, T0 + timedelta(seconds=29)) == []
-        repo.journal_heartbeat(session, "probe-1", 30, T0 + timedelta(seconds=20))
-        assert repo.expired_probes(session, T0 + timedelta(seconds=45)) == []
-        expired = repo.expired_probes(session, T0 + timedelta(seconds=51))
+        assert expired_probes(session, T0 + timedelta(seconds=29)) == []
+        journal_heartbeat(session, "probe-1", 30, T0 + timedelta(seconds=20))
+        assert expired_probes(session, T0 + timedelta(seconds=45)) == []
+        expired = expired_probes(session, T0 + timedelta(seconds=51))
         assert [p.probe_id for p in expired] == ["probe-1"]
         assert expired[0].key == KEY and expired[0].pid == 4242
-        repo.journal_update(
+        journal_update(
             session,
             "probe-1",
             state="aborted",
             result_json={"reason": "lease expired"},
             now=T0 + timedelta(seconds=60),
         )
-        assert repo.expired_probes(session, T0 + timedelta(days=1)) == []
+        assert expired_probes(session, T0 + timedelta(days=1)) == []
     with session_scope(engine, read_only=True) as session:
-        row = repo.journal_get(session, "probe-1")
-        assert repo.journal_get(session, "probe-2") is None
+        row = journal_get(session, "probe-1")
+        assert journal_get(session, "probe-2") is None
     assert row is not None and row.state == "aborted" and row.result_json == {"reason": "lease expired"}
     with session_scope(engine) as session, pytest.raises(LeaseLost, match="aborted"):
-        repo.journal_heartbeat(session, "probe-1", 30, T0 + timedelta(seconds=61))
+        journal_heartbeat(session, "probe-1", 30, T0 + timedelta(seconds=61))
     with session_scope(engine) as session, pytest.raises(InputError, match="already in the journal"):
-        repo.journal_start(
+        journal_start(
             session,
             probe_id="probe-1",
             key=KEY,
@@ -348,7 +366,7 @@ def _reserve(engine: Engine, memory_gib: float, *, now: datetime = T0, **extra: 
     }
     options.update(extra)
     with session_scope(engine) as session:
-        return repo.reserve(session, **options).id  # type: ignore[arg-type]
+        return reserve(session, **options).id  # type: ignore[arg-type]
 
 
 def test_reservations_book_release_and_expire(engine: Engine) -> None:
@@ -361,14 +379,14 @@ def test_reservations_book_release_and_expire(engine: Engine) -> None:
     # The second booking's lease ends at T0+360 s: it frees itself.
     _reserve(engine, 20, now=T0 + timedelta(seconds=361))
     with session_scope(engine) as session:
-        assert repo.reserved_bytes(session, "GPU-1b2c3d4e", T0 + timedelta(seconds=362)) == 40 * GIB
-        repo.release(session, first)
-        repo.release(session, first)  # releasing twice changes nothing
-        assert repo.reserved_bytes(session, "GPU-1b2c3d4e", T0 + timedelta(seconds=362)) == 20 * GIB
-        assert repo.reserved_bytes(session, "other-gpu", T0) == 0
-        assert len(repo.active_reservations(session, "GPU-1b2c3d4e", T0 + timedelta(seconds=362))) == 1
+        assert reserved_bytes(session, "GPU-1b2c3d4e", T0 + timedelta(seconds=362)) == 40 * GIB
+        release(session, first)
+        release(session, first)  # releasing twice changes nothing
+        assert reserved_bytes(session, "GPU-1b2c3d4e", T0 + timedelta(seconds=362)) == 20 * GIB
+        assert reserved_bytes(session, "other-gpu", T0) == 0
+        assert len(active_reservations(session, "GPU-1b2c3d4e", T0 + timedelta(seconds=362))) == 1
         with pytest.raises(InputError, match="no reservation"):
-            repo.release(session, "nope")
+            release(session, "nope")
 
 
 def test_mps_share_and_mig_instance_are_booked(engine: Engine) -> None:
@@ -395,7 +413,7 @@ def test_concurrent_writers_of_one_probe_id_store_it_once(engine: Engine, backen
 
     def first() -> None:
         with session_scope(engine) as session:
-            results["first"] = repo.record_evidence(session, evidence("p-race")).id
+            results["first"] = record_evidence(session, evidence("p-race")).id
             first_inserted.set()
             release_first.wait(10)  # hold the uncommitted row while the second writer arrives
 
@@ -403,7 +421,7 @@ def test_concurrent_writers_of_one_probe_id_store_it_once(engine: Engine, backen
         first_inserted.wait(10)
         with session_scope(engine) as session:
             # Blocks on the unique index until the first commits, then takes the savepoint path.
-            results["second"] = repo.record_evidence(session, evidence("p-race")).id
+            results["second"] = record_evidence(session, evidence("p-race")).id
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for t in threads:
@@ -417,4 +435,4 @@ def test_concurrent_writers_of_one_probe_id_store_it_once(engine: Engine, backen
         t.join(20)
     assert results["first"] == results["second"]
     with session_scope(engine, read_only=True) as session:
-        assert [r.probe_id for r in repo.list_evidence(session)] == ["p-race"]
+        assert [r.probe_id for r in list_evidence(session)] == ["p-race"]

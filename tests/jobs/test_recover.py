@@ -23,8 +23,8 @@ from sqlalchemy import Engine, text
 from canary.jobs.recover import RecoverReport, kill_orphan, recover, recover_store
 from canary.probe.procs import group_alive
 from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.journal import journal_get, journal_start
 from evidence_store.keys import PairKey
-from evidence_store.repository import journal_get, journal_start
 from tests.support.helpers import free_port
 from tests.support.subprocesses import HANG_S, Child
 

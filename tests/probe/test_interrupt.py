@@ -16,7 +16,7 @@ import pytest
 from canary.probe.orchestrator import ROLLBACK_GRACE_S
 from canary.probe.procs import group_alive, signal_group
 from evidence_store.engine import make_engine, session_scope, upgrade
-from evidence_store.repository import journal_get
+from evidence_store.journal import journal_get
 from tests.support.helpers import free_port
 from tests.support.paths import ROOT
 from tests.support.subprocesses import Child

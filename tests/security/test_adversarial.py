@@ -40,7 +40,8 @@ def test_the_table_has_at_least_150_distinct_cases() -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], str]]:
-    from evidence_store import repository as repo
+    from evidence_store.evidence import record_evidence
+    from evidence_store.reservations import reserve
     from tests.evidence_store.evidence_store_testkit import evidence
 
     folder = tmp_path_factory.mktemp("adversarial")
@@ -53,9 +54,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     now = now_utc()
     try:
         with session_scope(eng) as session:  # something to lose: evidence and a reservation
-            repo.record_evidence(session, evidence("adv-1", created_at=now - timedelta(hours=2)))
-            repo.record_evidence(session, evidence("adv-2", created_at=now - timedelta(hours=1), outcome="unsafe"))
-            repo.reserve(session, device_id="GPU-adv", holder="adv", memory_bytes=2**30, mig_instance=None,
+            record_evidence(session, evidence("adv-1", created_at=now - timedelta(hours=2)))
+            record_evidence(session, evidence("adv-2", created_at=now - timedelta(hours=1), outcome="unsafe"))
+            reserve(session, device_id="GPU-adv", holder="adv", memory_bytes=2**30, mig_instance=None,
                          capacity_memory_bytes=2**34, lease_s=3600, now=now)
     finally:
         eng.dispose()
