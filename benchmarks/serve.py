@@ -268,8 +268,7 @@ def breakdown(url: str, n: int) -> dict[str, float]:
 
     profile, snapshot = docs()
     engine = open_store(url)
-    access = EvidenceAccess(url)
-    access._engine, access.present = engine, True
+    access = EvidenceAccess.over(engine)
     raw = json.dumps({"device": snapshot, "candidate": profile, "reserve": False}).encode()
     names = ("parse + validate the body", "resolve (profiles, snapshot, policy)",
              "decision: admit_async (all below + closing transaction)", "  store: reserved bytes (1 read)",

@@ -143,11 +143,7 @@ RULES = [
         id="sim-adapters-import-sim-and-probe-only",
     ),
     pytest.param(
-        Rule(("models", "occupancy", "hardfit", "probe", "admission"), ("sim",), known={
-            # Admission builds the simulated device for sim probes itself; the sim executor/monitor
-            # factory should (issue 12, item 5, deferred with the split of admission.py).
-            ("canary.admission", "canary.sim"): "admission builds SimDevice for sim probes",
-        }),
+        Rule(("models", "occupancy", "hardfit", "probe", "admission"), ("sim",)),
         id="the-core-never-imports-the-simulator",
     ),
     pytest.param(
@@ -160,11 +156,7 @@ RULES = [
         id="the-store-knows-only-models",
     ),
     pytest.param(
-        Rule(("admission",), ("jobs", "service", "top", "face"), known={
-            # Every probe start recovers orphans through jobs.recover while jobs.warm drives admission:
-            # a cycle between the rooms (issue 12, item 5, deferred with the split of admission.py).
-            ("canary.admission", "canary.jobs.recover"): "probe start recovers orphans via jobs",
-        }),
+        Rule(("admission",), ("jobs", "service", "top", "face")),
         id="admission-is-below-jobs-service-and-cli",
     ),
     pytest.param(

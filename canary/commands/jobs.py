@@ -181,7 +181,7 @@ def run_revalidate(args: argparse.Namespace) -> int:
 
 def run_recover(args: argparse.Namespace) -> int:
     from canary.admission import open_store_for_writing, utcnow
-    from canary.jobs.recover import recover_store
+    from canary.admission.recovery import recover_store
 
     engine = open_store_for_writing(args.db)
     report = recover_store(engine, now=utcnow(), kill=not args.no_kill)

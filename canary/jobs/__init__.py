@@ -1,2 +1,3 @@
 """Jobs over the evidence cache: ``warm`` (nightly probing of likely pairs), ``revalidate``
-(after a driver upgrade), ``recover`` (orphaned probes)."""
+(after a driver upgrade), ``history`` (warming from the service's request log). Recovery of orphaned
+probes (``canary recover``) lives in ``canary.admission.recovery``: every probe start runs it too."""

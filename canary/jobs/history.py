@@ -168,9 +168,7 @@ def _needs_probe(request_json: dict[str, Any], engine: Any) -> bool:
     from canary.admission import EvidenceAccess, pairs_to_probe, utcnow
 
     req = request_from_json(request_json)
-    access = EvidenceAccess(str(engine.url.render_as_string(hide_password=False)))
-    access._engine, access.present = engine, True
-    return bool(pairs_to_probe(req, access, utcnow()))
+    return bool(pairs_to_probe(req, EvidenceAccess.over(engine), utcnow()))
 
 
 def default_run_id(now: dt.datetime) -> str:

@@ -185,9 +185,7 @@ class Service:
     def access(self) -> Any:
         from canary.admission import EvidenceAccess
 
-        access = EvidenceAccess(self.url)
-        access._engine, access.present = self.engine, True
-        return access
+        return EvidenceAccess.over(self.engine)
 
 
 def _service(request: Request) -> Service:

@@ -87,7 +87,7 @@ class PacedMonitor:
 def recover_dead_journal(session: Any, now: dt.datetime, is_dead: Callable[[str], bool]) -> int:
     """Abort probe-journal rows still ``running`` whose owner process is gone (kill their canary first).
     ``canary recover`` handles expired leases; this catches a dead owner on this host at once."""
-    from canary.jobs.recover import kill_orphan
+    from canary.admission.recovery import kill_orphan
     from evidence_store.journal import journal_update
     from evidence_store.models import ProbeJournal
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from canary.jobs.recover import RecoverReport, kill_orphan, recover, recover_store
+from canary.admission.recovery import RecoverReport, kill_orphan, recover, recover_store
 from canary.probe.procs import group_alive
 from evidence_store.engine import make_engine, session_scope, upgrade
 from evidence_store.journal import journal_get, journal_start

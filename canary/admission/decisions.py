@@ -1,0 +1,257 @@
+"""The admission decisions, as pure functions: values in, a ``Decision`` (or certificate) out.
+
+Nothing here reads a file, the clock or the store, and nothing starts a probe: the flow
+(``canary.admission.flow``) gathers the inputs — stage 1's ``HardFit``, the evidence per pair, the
+probe results — and asks these functions what they mean. ``tests/admission/test_decisions.py``
+checks them from tables of cases.
+
+- ``hard_fit_decision``: what stage 1 settles by itself (does not fit, cannot tell, nothing else
+  runs, an isolated MIG instance), or ``None`` when interference must be judged;
+- ``cache_decision``: what pooled evidence says, or what is missing;
+- ``probe_decision``: what the probes (and the evidence they complete) say;
+- ``reservation_capacity``: where the memory is booked and against which capacity;
+- ``make_certificate``: the certificate of a decision.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from canary.certificate import (
+    Certificate,
+    DecidedBy,
+    DeviceRef,
+    EvidenceRef,
+    Expiry,
+    HardFit,
+    ProbeSummary,
+    ReservationRef,
+    ResidentRef,
+    Verdict,
+)
+from canary.hardfit import check
+
+if TYPE_CHECKING:
+    from canary.admission.request import Request
+    from canary.probe.orchestrator import ProbeResult
+    from evidence_store.keys import PairKey
+
+REVALIDATION_TRIGGERS = (
+    "evidence TTL passes",
+    "driver version changes",
+    "candidate workload version (binary) changes",
+    "a resident's workload version changes",
+    "shape family changes",
+    "device sharing state (MIG layout, MPS, compute mode) changes",
+)
+
+
+@dataclass(frozen=True)
+class PairEvidence:
+    """What the store says about one (resident, candidate) pair; ``outcome=None``: nothing usable."""
+
+    resident: str
+    key: PairKey | None
+    outcome: str | None
+    ids: tuple[str, ...] = ()
+    timestamp: dt.datetime | None = None
+    confidence: float | None = None
+    slowdown_pct: float | None = None
+    interval_pct: tuple[float, float] | None = None
+    sources: tuple[str, ...] = ()
+    cross_driver: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One probe of one pair: the resident it watched, the pair key and the orchestrator's result."""
+
+    resident: str
+    key: PairKey
+    result: ProbeResult
+
+
+@dataclass
+class Decision:
+    verdict: Verdict
+    reason: str
+    decided_by: DecidedBy
+    confidence: float | None = None
+    evidence: list[PairEvidence] = field(default_factory=list)
+    probe: ProbeSummary | None = None
+    reservations: tuple[ReservationRef, ...] = ()
+    predicted_slowdown_pct: tuple[float, float] | None = None
+    expires_at: dt.datetime | None = None
+
+
+def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0) -> HardFit:
+    """Stage 1 for this request, with the memory other admissions booked (``None``: unknown)."""
+    return check(req.snapshot, req.spec, req.candidate, req.policy, req.regime,
+                 reserved_bytes_by_others=reserved_bytes_by_others)
+
+
+def hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:
+    """A decision stage 1 settles by itself, or ``None`` when interference must be judged."""
+    lim = hard.limiting_finding
+    if hard.verdict == "no":
+        assert lim is not None
+        return Decision("reject", f"does not fit: {lim.resource} — {lim.detail or 'demand exceeds availability'}",
+                        "hard-fit", confidence=1.0)
+    if hard.verdict == "unknown":
+        assert lim is not None
+        unprofiled = [r.name for r in req.snapshot.residents if r.profile is None]
+        if unprofiled and req.policy.on_unprofiled_resident == "reject":
+            return Decision("reject", f"policy {req.policy.name} rejects next to unprofiled resident(s) "
+                            f"{', '.join(unprofiled)}; stage 1 could not decide {lim.resource}: {lim.detail}", "policy")
+        return Decision("unknown", f"cannot tell whether it fits: {lim.resource} — {lim.detail}", "hard-fit")
+    if not req.snapshot.residents:
+        return Decision("admit", "fits, and nothing else runs on the device", "hard-fit", confidence=1.0)
+    if req.regime.kind == "mig":
+        return Decision("admit", "fits in its own MIG instance: SMs, memory and L2 are isolated from the residents "
+                        "(PCIe and power stay shared)", "hard-fit", confidence=1.0)
+    return None
+
+
+def cache_decision(req: Request, evidence: list[PairEvidence]) -> Decision:
+    """Decide from pooled evidence, or say what is missing (verdict unknown)."""
+    unsafe = [e for e in evidence if e.outcome == "unsafe"]
+    missing = [e for e in evidence if e.outcome is None]
+    low = [e for e in evidence if e.outcome == "safe" and (e.confidence or 0.0) < req.policy.min_evidence_confidence]
+    if unsafe:
+        e = unsafe[0]
+        return Decision("reject", f"evidence says the pair with {e.resident} is unsafe: {e.reason}", "cache",
+                        confidence=e.confidence, evidence=evidence,
+                        predicted_slowdown_pct=e.interval_pct)
+    if missing or low:
+        parts = [f"{e.resident}: {e.reason}" for e in missing]
+        parts += [f"{e.resident}: evidence confidence {e.confidence} is below the policy's "
+                  f"{req.policy.min_evidence_confidence}" for e in low]
+        return Decision("unknown", "fits, but interference is not yet known — " + "; ".join(parts)
+                        + " (run `canary admit` to probe)", "hard-fit", evidence=evidence)
+    confidences = [e.confidence for e in evidence if e.confidence is not None]
+    lows = [e.interval_pct[0] for e in evidence if e.interval_pct]
+    highs = [e.interval_pct[1] for e in evidence if e.interval_pct]
+    stamps = [e.timestamp for e in evidence if e.timestamp is not None]
+    expires = min(stamps) + dt.timedelta(seconds=req.policy.evidence_ttl_s) if stamps else None
+    return Decision("admit", "fits, and fresh evidence says every pair keeps its slowdown bound", "cache",
+                    confidence=min(confidences) if confidences else None, evidence=evidence,
+                    predicted_slowdown_pct=(min(lows), max(highs)) if lows and highs else None, expires_at=expires)
+
+
+def pairs_needing_probe(evidence: list[PairEvidence]) -> list[PairKey]:
+    """The pair keys a probe would settle after an ``unknown`` cache decision: every pair without
+    usable evidence — none at all when some resident has no profile (no probe can key its pair, so
+    probing the others could not lift the unknown)."""
+    if any(e.outcome is None and e.key is None for e in evidence):
+        return []
+    return [e.key for e in evidence if e.outcome is None and e.key is not None]
+
+
+def probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence]) -> Decision:
+    """Decide from this admission's probes and the usable evidence of the other pairs."""
+    probe_summary = None
+    if runs:
+        r = runs[-1].result
+        probe_summary = ProbeSummary(**r.to_summary_dict())
+    outcomes = [run.result.outcome for run in runs]
+    evidence = list(cached)
+    worst = None
+    for run in runs:
+        if run.result.outcome == "unsafe":
+            worst = run
+    if worst is not None:
+        r = worst.result
+        return Decision("reject", f"the canary showed resident {worst.resident} slowing down beyond its bound "
+                        f"({_pct(r.slowdown_estimate_pct)} vs {r.budget.max_resident_slowdown_pct:g}%): "
+                        f"{r.judgment.reason if r.judgment else r.rollback_reason}", "canary",
+                        confidence=r.confidence, evidence=evidence, probe=probe_summary,
+                        predicted_slowdown_pct=probe_summary.slowdown_interval_pct if probe_summary else None)
+    if any(o != "safe" for o in outcomes):
+        bad = next(run for run in runs if run.result.outcome != "safe")
+        r = bad.result
+        reason = (f"the canary could not decide for resident {bad.resident} within its budget "
+                  f"({r.outcome}: {r.judgment.reason if r.judgment else r.rollback_reason})")
+        verdict: Verdict = "reject" if req.policy.on_probe_inconclusive == "reject" else "unknown"
+        return Decision(verdict, reason, "canary", confidence=None, evidence=evidence, probe=probe_summary)
+    confidences = [run.result.confidence for run in runs if run.result.confidence is not None]
+    confidences += [e.confidence for e in cached if e.confidence is not None]
+    lows = [run.result.slowdown_interval_pct[0] for run in runs if run.result.slowdown_interval_pct]
+    highs = [run.result.slowdown_interval_pct[1] for run in runs if run.result.slowdown_interval_pct]
+    return Decision("admit", "fits, and the canary showed every resident within its slowdown bound", "canary",
+                    confidence=min(confidences) if confidences else None, evidence=evidence, probe=probe_summary,
+                    predicted_slowdown_pct=(min(lows), max(highs)) if lows and highs else None)
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}%"
+
+
+def reservation_capacity(req: Request, hard: HardFit, reserved_by_others: int) -> tuple[str, int, str | None]:
+    """(device id to book against, capacity for all bookings, MIG instance) from stage 1's HBM finding."""
+    hbm = next(f for f in hard.findings if f.resource == "hbm")
+    assert isinstance(hbm.available, int)
+    if req.regime.kind == "mig":
+        placement = next((f.available for f in hard.findings if f.resource == "mig_placement"), None)
+        instance = f"{req.regime.mig_profile}@{str(placement).removeprefix('start ')}"
+        return f"{req.device_id}/mig:{instance}", hbm.available, instance
+    return req.device_id, hbm.available + reserved_by_others, None
+
+
+def make_certificate(req: Request, hard: HardFit, decision: Decision, now: dt.datetime) -> Certificate:
+    """The certificate of ``decision``, issued at ``now``."""
+    snap, cand = req.snapshot, req.candidate
+    ev = [e for e in decision.evidence if e.ids]
+    evidence_ref = None
+    if decision.evidence:
+        stamps = [e.timestamp for e in ev if e.timestamp is not None]
+        evidence_ref = EvidenceRef(
+            ids=tuple(i for e in ev for i in e.ids),
+            evidence_timestamp=max(stamps) if stamps else None,
+            sources=tuple(sorted({s for e in ev for s in e.sources})),
+            outcome=decision.verdict if ev else None,
+            cross_driver=any(e.cross_driver for e in ev),
+            reason=" | ".join(f"{e.resident}: {e.reason}" for e in decision.evidence if e.reason),
+        )
+    ttl = req.policy.evidence_ttl_s
+    expires = decision.expires_at or (now + dt.timedelta(seconds=ttl) if decision.verdict != "unknown" else None)
+    return Certificate(
+        workload_name=cand.name,
+        workload_version=cand.version,
+        shape_family=cand.shape_family,
+        device=DeviceRef(type=req.spec.name, uuid=snap.uuid, source=snap.source, driver_version=snap.driver_version),
+        residents=tuple(
+            ResidentRef(
+                name=r.name,
+                workload_version=r.profile.version if r.profile else None,
+                shape_family=r.profile.shape_family if r.profile else None,
+                profiled=r.profile is not None,
+                observed_memory_bytes=r.observed_memory_bytes,
+            )
+            for r in snap.residents
+        ),
+        verdict=decision.verdict,
+        reason=decision.reason,
+        hard_fit=hard.verdict,
+        regime=hard.regime,
+        regime_chosen_by=req.regime_chosen_by,
+        limiting_resource=hard.limiting_resource,
+        findings=hard.findings,
+        resource_reservations=decision.reservations,
+        shared_contention_dimensions=hard.shared_contention_dimensions,
+        evidence=evidence_ref,
+        profile_coverage=cand.provenance.coverage,
+        predicted_slowdown_range=decision.predicted_slowdown_pct,
+        confidence=decision.confidence,
+        expiry_or_revalidation_trigger=Expiry(
+            expires_at=expires, ttl_s=ttl if decision.verdict != "unknown" else None, triggers=REVALIDATION_TRIGGERS
+        ),
+        decided_by=decision.decided_by,
+        probe=decision.probe,
+        caveats=hard.caveats,
+        policy=req.policy.name,
+        issued_at=now,
+        simulated=snap.source == "simulated" or (decision.probe.simulated if decision.probe else False),
+    )

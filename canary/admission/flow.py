@@ -1,0 +1,300 @@
+"""The two-stage flow: stage 1 (hard fit) → evidence → probe → record → reserve → certificate.
+
+``fit`` never probes: stage 1 plus an evidence lookup. ``admit_async`` (``canary.probe`` and the
+evidence store) runs both stages and commits evidence, reservation and certificate together. The
+flow gathers inputs and writes results; what they mean is decided by the pure functions of
+``canary.admission.decisions``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from canary.admission.decisions import (
+    Decision,
+    PairEvidence,
+    ProbeRun,
+    cache_decision,
+    hard_fit,
+    hard_fit_decision,
+    make_certificate,
+    pairs_needing_probe,
+    probe_decision,
+    reservation_capacity,
+)
+from canary.admission.request import Request
+from canary.admission.store import EvidenceAccess, feedback_evidence, open_store_for_writing, probe_evidence
+from canary.certificate import Certificate, ReservationRef
+from canary.errors import InputError
+from canary.profile import WorkloadProfile
+from canary.snapshot import Resident
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from canary.probe.budget import RiskBudget
+    from canary.probe.interfaces import Journal, Monitor
+    from canary.probe.orchestrator import ProbeProgress
+    from evidence_store.keys import PairKey
+
+#: A progress display for running probes.
+ProgressFn = Callable[["ProbeProgress"], None] | None
+#: Where a flow says what it did on the side (a new store created, orphans recovered).
+AnnounceFn = Callable[[str], object]
+#: Wraps each probe's monitor (e.g. the service pacing simulated windows in wall time).
+MonitorWrapper = Callable[["Monitor"], "Monitor"]
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
+    """Stage 1 and an evidence lookup; never probes."""
+    reserved = access.reserved_bytes(req.device_id, now) if access is not None else 0
+    hard = hard_fit(req, reserved_bytes_by_others=reserved)
+    decision = hard_fit_decision(req, hard)
+    if decision is None:
+        if access is None:
+            evidence = [PairEvidence(r.name, None, None, reason="no evidence store consulted")
+                        for r in req.snapshot.residents]
+        else:
+            evidence = [access.lookup(req, r, now) for r in req.snapshot.residents]
+        decision = cache_decision(req, evidence)
+    return make_certificate(req, hard, decision, now)
+
+
+def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime) -> list[PairKey]:
+    """The pair keys ``admit_async`` would probe for this request now; empty when stage 1 or the
+    evidence decides without a probe (or a resident without a profile makes a probe pointless).
+    The service uses it to coordinate probes (one per pair key) before deciding."""
+    hard = hard_fit(req, reserved_bytes_by_others=access.reserved_bytes(req.device_id, now))
+    if hard_fit_decision(req, hard) is not None:
+        return []
+    evidence = [access.lookup(req, r, now) for r in req.snapshot.residents]
+    if cache_decision(req, evidence).verdict != "unknown":
+        return []
+    return pairs_needing_probe(evidence)
+
+
+async def admit_async(
+    req: Request,
+    *,
+    db_url: str | None = None,
+    probe: bool = True,
+    progress: ProgressFn = None,
+    announce: AnnounceFn | None = None,
+    seed: int = 0,
+    now: Callable[[], dt.datetime] | None = None,
+    reserve: bool = True,
+    engine: Engine | None = None,
+    monitor_wrapper: MonitorWrapper | None = None,
+    defer_probe: Callable[[list[PairKey]], None] | None = None,
+) -> Certificate:
+    """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
+    reservation and certificate committed together (or nothing). ``now`` is a clock function.
+
+    ``reserve=False`` is the evidence-warming form: probes are run and recorded, nothing is booked
+    and no certificate is stored (the returned one says what an admission would have decided).
+    ``monitor_wrapper`` lets a caller wrap each probe's monitor, e.g. the service pacing simulated
+    windows in wall time. ``defer_probe`` (a function of the pair keys to probe) is called before any
+    probe starts, with nothing written yet; the service passes one that raises to hand the probe to
+    its coordinator (one probe per pair key) instead of running it here."""
+    from evidence_store.certificates import record_certificate
+    from evidence_store.engine import session_scope
+    from evidence_store.errors import ReservationConflict
+    from evidence_store.evidence import record_evidence
+    from evidence_store.reservations import reserve as book
+
+    clock = now or utcnow
+    if probe:  # where a probe may connect and what it may run: checked before the store is touched
+        from canary.probe.factory import check_request
+
+        check_request(req)
+    if engine is None:
+        engine = open_store_for_writing(db_url, announce=announce)
+    access = EvidenceAccess.over(engine)
+    started = clock()
+    reserved_by_others = access.reserved_bytes(req.device_id, started)
+    hard = hard_fit(req, reserved_bytes_by_others=reserved_by_others)
+    decision = hard_fit_decision(req, hard)
+    runs: list[ProbeRun] = []
+    if decision is None:
+        evidence = [access.lookup(req, r, started) for r in req.snapshot.residents]
+        decision = cache_decision(req, evidence)
+        missing = [(r, e) for r, e in zip(req.snapshot.residents, evidence, strict=True)
+                   if e.outcome is None and e.key is not None]
+        if decision.verdict == "unknown" and missing and probe and not any(
+                e.outcome is None and e.key is None for e in evidence):
+            if defer_probe is not None:
+                defer_probe([e.key for _, e in missing if e.key is not None])
+            from evidence_store.journal import StoreJournal
+
+            journal = StoreJournal(engine)
+            await _recover_orphans(engine, clock(), announce)
+            for i, (resident, e) in enumerate(missing):
+                assert e.key is not None
+                runs.append(await _probe_pair(req, resident, e.key, journal=journal, progress=progress, seed=seed + i,
+                                              monitor_wrapper=monitor_wrapper))
+            cached = [e for e in evidence if e.outcome is not None]
+            decision = probe_decision(req, runs, cached)
+    finished = clock()
+    with session_scope(engine) as session:
+        recorded_ids: list[str] = []
+        for run in runs:
+            out = record_evidence(session, probe_evidence(req, run, finished))
+            recorded_ids.append(out.id)
+        if recorded_ids:
+            decision.evidence.append(PairEvidence(
+                resident=",".join(run.resident for run in runs), key=None, outcome=decision.verdict,
+                ids=tuple(recorded_ids), timestamp=finished, confidence=decision.confidence,
+                sources=("canary",), reason="recorded by this admission's probe(s)"))
+        if decision.verdict == "admit" and reserve:
+            device_id, capacity, instance = reservation_capacity(req, hard, reserved_by_others)
+            demand = req.candidate.memory.peak_bytes + req.policy.per_context_overhead_bytes
+            try:
+                booking = book(
+                    session, device_id=device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
+                    memory_bytes=demand, mig_instance=instance, capacity_memory_bytes=capacity,
+                    lease_s=req.policy.reservation_lease_s, now=finished)
+                decision.reservations = (ReservationRef(id=booking.id, memory_bytes=booking.memory_bytes,
+                                                        mig_instance=instance,
+                                                        lease_expires_at=booking.expires_at),)
+            except ReservationConflict as exc:
+                decision = Decision("reject", f"another admission booked the memory first: {exc}", "hard-fit",
+                                    confidence=1.0, evidence=decision.evidence, probe=decision.probe)
+        cert = make_certificate(req, hard, decision, finished)
+        if reserve:
+            record_certificate(session, json.loads(cert.to_json()),
+                                          [i for e in decision.evidence for i in e.ids])
+    return cert
+
+
+async def _recover_orphans(engine: Engine, now: dt.datetime, announce: AnnounceFn | None) -> None:
+    """Every probe start first cleans up probes whose owner died (expired leases); the kills wait in a
+    worker thread with no store transaction open."""
+    from canary.admission.recovery import recover_store_async
+
+    report = await recover_store_async(engine, now=now)
+    if report.aborted and announce is not None:
+        announce(f"recovered {report.aborted} orphaned probe(s) whose lease had expired")
+
+
+async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal: Journal, progress: ProgressFn,
+                      seed: int, monitor_wrapper: MonitorWrapper | None = None) -> ProbeRun:
+    """One bounded probe of (``resident``, the candidate), journaled; the sim executor/monitor run on a
+    simulated device built by the sim adapters (``canary.probe.simlink``)."""
+    import uuid
+
+    from canary.probe import make_executor, make_monitor
+    from canary.probe.orchestrator import run_probe
+
+    assert resident.profile is not None
+    budget = req.policy.budget_for(resident.profile.workload_class)
+    sim_device = None
+    handle = None
+    executor_kind = req.candidate.canary.executor if req.candidate.canary else "sim"
+    monitor_kind = resident.profile.canary.monitor if resident.profile.canary else "sim"
+    if "sim" in (executor_kind, monitor_kind):
+        if req.device.kind not in ("catalog", "file", "published"):
+            raise InputError(f"{req.device.ref} is a live device: the candidate's canary executor must be "
+                             "'process' or 'cuda' and the resident's monitor 'http' or 'prometheus', not 'sim'",
+                             field="canary")
+        from canary.probe.simlink import simulated_device
+
+        sim_device, handle = simulated_device(req.snapshot, req.spec, seed=seed, regime=str(req.regime),
+                                              params=req.sim_params, resident=resident.name)
+    executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
+    monitor = make_monitor(resident.profile, policy=req.policy, sim_device=sim_device, sim_resident_handle=handle)
+    if monitor_wrapper is not None:
+        monitor = monitor_wrapper(monitor)
+    slo = resident.profile.slo.latency_p99_ms if resident.profile.slo else None
+
+    result = await run_probe(
+        probe_id=f"probe-{uuid.uuid4()}",
+        budget=_fit_budget(budget, resident.profile),
+        executor=executor,
+        monitor=monitor,
+        journal=journal,
+        key_json=key.as_dict(),
+        progress=progress,
+        slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
+        schedule_seed=seed if sim_device is not None else None,
+    )
+    return ProbeRun(resident.name, key, result)
+
+
+def _fit_budget(budget: RiskBudget, resident: WorkloadProfile) -> RiskBudget:
+    """The class budget fitted to this resident: its own slowdown bound when stricter, and windows
+    long enough to hold ``min_samples_per_window`` of its requests (a resident whose requests take
+    seconds yields no data in one-second windows, which would abort every probe)."""
+    changes: dict[str, float] = {
+        "max_resident_slowdown_pct": _slowdown_bound(resident, budget.max_resident_slowdown_pct)}
+    if resident.slo is not None and resident.slo.latency_p99_ms is not None:
+        needed_s = 2 * budget.min_samples_per_window * resident.slo.latency_p99_ms / 1000
+        if needed_s > budget.sampling_window_s:
+            changes["sampling_window_s"] = min(needed_s, budget.max_probe_time_s)
+        if needed_s > budget.baseline_window_s:
+            changes["baseline_window_s"] = min(needed_s, budget.max_probe_time_s)
+    return budget.override(**changes)
+
+
+def _slowdown_bound(resident: WorkloadProfile, budget_pct: float) -> float:
+    """The stricter of the policy's bound and the resident's own SLO bound."""
+    if resident.slo is not None and resident.slo.max_slowdown_pct is not None:
+        return min(budget_pct, resident.slo.max_slowdown_pct)
+    return budget_pct
+
+
+def admit(
+    req: Request,
+    *,
+    db_url: str | None = None,
+    probe: bool = True,
+    progress: ProgressFn = None,
+    announce: AnnounceFn | None = None,
+    seed: int = 0,
+    now: Callable[[], dt.datetime] | None = None,
+    reserve: bool = True,
+    engine: Engine | None = None,
+    monitor_wrapper: MonitorWrapper | None = None,
+    defer_probe: Callable[[list[PairKey]], None] | None = None,
+) -> Certificate:
+    """``admit_async`` from synchronous code."""
+    import anyio
+
+    async def _go() -> Certificate:
+        return await admit_async(req, db_url=db_url, probe=probe, progress=progress, announce=announce, seed=seed,
+                                 now=now, reserve=reserve, engine=engine, monitor_wrapper=monitor_wrapper,
+                                 defer_probe=defer_probe)
+
+    return anyio.run(_go)
+
+
+def record_feedback(
+    req: Request,
+    *,
+    resident_name: str,
+    db_url: str | None,
+    observed_slowdown_pct: float | None,
+    now: dt.datetime,
+    engine: Engine | None = None,
+) -> str:
+    """Record a production SLO violation for an admitted pair; it outweighs earlier passes.
+    ``engine``: the caller's open store (the service's), instead of opening one from ``db_url``."""
+    from evidence_store.engine import session_scope
+    from evidence_store.evidence import record_evidence
+
+    resident = next((r for r in req.snapshot.residents if r.name == resident_name), None)
+    if resident is None:
+        names = ", ".join(r.name for r in req.snapshot.residents) or "none"
+        raise InputError(f"no resident named {resident_name!r} (residents: {names})", field="--resident-name")
+    rec = feedback_evidence(req, resident, observed_slowdown_pct=observed_slowdown_pct, now=now)
+    if engine is None:
+        engine = open_store_for_writing(db_url)
+    with session_scope(engine) as session:
+        out = record_evidence(session, rec)
+    return str(out.id)

@@ -1,0 +1,150 @@
+"""Loading one admission question: the files a CLI names, or the JSON form the service queues and logs.
+
+A ``Request`` is the device (snapshot + catalog spec, with any ``--resident`` profiles added), the
+candidate profile, the policy and the settled regime. Nothing here reads the evidence store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from canary.errors import InputError
+from canary.hardfit import choose_regime, parse_regime
+from canary.hardfit.regime import Regime
+from canary.policy import Policy
+from canary.profile import WorkloadProfile
+from canary.snapshot import DeviceSnapshot, Resident
+
+if TYPE_CHECKING:
+    from canary.backends import ResolvedDevice
+    from canary.catalog import DeviceSpec
+    from canary.probe.simlink import SimParams
+    from evidence_store.keys import PairKey
+
+
+@dataclass(frozen=True)
+class Request:
+    """One admission question, fully loaded and validated."""
+
+    device: ResolvedDevice
+    candidate: WorkloadProfile
+    policy: Policy
+    regime: Regime
+    regime_chosen_by: str
+    #: Simulator parameters for a simulated probe (``None``: the simulator's defaults); set by
+    #: ``canary bench`` to replay measured pairs under their calibrated regime. Admission only passes
+    #: them on to the sim adapters (``canary.probe.simlink``); it never imports the simulator.
+    sim_params: SimParams | None = None
+
+    @property
+    def snapshot(self) -> DeviceSnapshot:
+        return self.device.snapshot
+
+    @property
+    def spec(self) -> DeviceSpec:
+        return self.device.spec
+
+    @property
+    def device_id(self) -> str:
+        """What reservations are booked against: the UUID of a live device, else the device reference."""
+        snap = self.snapshot
+        if snap.uuid:
+            return snap.uuid
+        if self.device.kind == "file":
+            return f"file:{Path(self.device.ref).resolve()}"
+        if self.device.kind == "published":  # a snapshot sent to the service (canary serve) by value or name
+            return f"snapshot:{self.device.ref}"
+        return f"sim:{self.spec.name}"
+
+
+def build_request(
+    device: ResolvedDevice,
+    candidate: WorkloadProfile,
+    policy: Policy,
+    *,
+    extra_residents: tuple[WorkloadProfile, ...] = (),
+    regime: str | None = None,
+) -> Request:
+    """Add ``--resident`` profiles to the device and settle the regime."""
+    snap = device.snapshot
+    if extra_residents:
+        names = {r.name for r in snap.residents}
+        added: list[Resident] = []
+        for profile in extra_residents:
+            name = profile.name if profile.name not in names else f"{profile.name}#{len(names) + len(added)}"
+            added.append(Resident(name=name, profile=profile))
+        snap = snap.model_copy(update={"residents": (*snap.residents, *added)})
+        from canary.backends import ResolvedDevice
+
+        device = ResolvedDevice(snapshot=snap, spec=device.spec, ref=device.ref, kind=device.kind)
+    if regime is not None:
+        chosen, why = parse_regime(regime), "given with --regime"
+    else:
+        chosen, why = choose_regime(snap, device.spec, candidate, policy)
+    return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why)
+
+
+def request_from_json(
+    data: Mapping[str, object], *, what: str = "queued", load_policy_fn: Callable[[str], Policy] | None = None
+) -> Request:
+    """Rebuild a queued or logged request (documents by value, checked when they were accepted) — the one
+    reader of the JSON form the service queues and logs. ``what`` names the source in error messages."""
+    from canary._model import validate_document
+    from canary.backends import ResolvedDevice
+    from canary.catalog import lookup
+    from canary.policy import load_policy
+
+    dev = data["device"]
+    assert isinstance(dev, Mapping)
+    snap = validate_document(DeviceSnapshot, dev["snapshot"], file=f"{what} device")
+    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
+    candidate = validate_document(WorkloadProfile, data["candidate"], file=f"{what} candidate")
+    residents_json = data["residents"]
+    assert isinstance(residents_json, list | tuple)
+    residents = tuple(validate_document(WorkloadProfile, r, file=f"{what} resident") for r in residents_json)
+    policy_ref, regime = data["policy"], data["regime"]
+    assert isinstance(policy_ref, str) and (regime is None or isinstance(regime, str))
+    policy = (load_policy_fn or load_policy)(policy_ref)
+    return build_request(device, candidate, policy, extra_residents=residents, regime=regime)
+
+
+def load_request(
+    device_ref: str,
+    candidate_path: str,
+    *,
+    resident_paths: tuple[str, ...] = (),
+    regime: str | None = None,
+    policy_ref: str | None = None,
+) -> Request:
+    """Load every file a CLI admission names; ``InputError`` names the file and field."""
+    from canary.backends import resolve_device
+    from canary.policy import load_policy
+    from canary.profile import load_profile
+
+    policy = load_policy(policy_ref)
+    candidate = load_profile(candidate_path)
+    residents = tuple(load_profile(p) for p in resident_paths)
+    device = resolve_device(device_ref)
+    if device.spec.vendor == "amd" and regime is not None and regime.startswith(("mig", "mps", "green")):
+        raise InputError(f"regime {regime} is NVIDIA-only; {device.spec.name} is an AMD device", field="--regime")
+    return build_request(device, candidate, policy, extra_residents=residents, regime=regime)
+
+
+def pair_key(req: Request, resident: Resident) -> PairKey | None:
+    """The evidence key of (``resident``, the candidate) on this device and regime; ``None`` for a
+    resident without a profile (nothing to key evidence by)."""
+    from evidence_store.keys import PairKey
+
+    if resident.profile is None:
+        return None
+    return PairKey(
+        resident_version=resident.profile.version,
+        resident_shape_family=resident.profile.shape_family,
+        candidate_version=req.candidate.version,
+        candidate_shape_family=req.candidate.shape_family,
+        device_type=req.spec.name,
+        regime=str(req.regime),
+    )

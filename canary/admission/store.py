@@ -1,0 +1,196 @@
+"""Admission's access to the evidence store: where it is, whether it exists, reading evidence and
+reservations for a decision, opening it for writing, and the evidence rows admission writes.
+
+When the default SQLite store does not exist yet, ``EvidenceAccess`` answers "no evidence yet"
+without importing SQLAlchemy (which keeps ``gpu-fit`` fast); a store that exists but cannot be read
+is an operational error (exit 4), never an empty answer. SQLAlchemy and the store's modules are
+imported only when a store is really opened.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from canary.admission.decisions import PairEvidence, ProbeRun
+from canary.admission.request import Request, pair_key
+from canary.snapshot import Resident
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from evidence_store.schemas import EvidenceIn
+
+
+def store_url(explicit: str | None) -> str:
+    """``explicit``, or the default store's URL."""
+    from evidence_store.location import default_db_url
+
+    return explicit or default_db_url()
+
+
+def store_exists(url: str) -> bool:
+    """False only for a SQLite file that does not exist yet (nothing recorded); servers are assumed to."""
+    from evidence_store.location import sqlite_file
+
+    path = sqlite_file(url)
+    return path is None or path.exists()
+
+
+class EvidenceAccess:
+    """Reads evidence and reservations from the store for stage-1 and cache decisions.
+
+    ``EvidenceAccess(url)`` opens the store at ``url`` (the default store for ``None``) on first
+    use, if it exists; ``EvidenceAccess.over(engine)`` reads through an engine the caller already
+    opened (the service's, an admission's)."""
+
+    def __init__(self, url: str | None, *, engine: Engine | None = None) -> None:
+        self.url = store_url(url) if engine is None else engine.url.render_as_string(hide_password=True)
+        self.present = engine is not None or store_exists(self.url)
+        self._engine = engine
+
+    @classmethod
+    def over(cls, engine: Engine) -> EvidenceAccess:
+        """Access through ``engine``, an open store at the current schema."""
+        return cls(None, engine=engine)
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            from evidence_store.engine import check_schema, open_store
+
+            self._engine = open_store(self.url)
+            check_schema(self._engine)
+        return self._engine
+
+    def reserved_bytes(self, device_id: str, now: dt.datetime) -> int:
+        if not self.present:
+            return 0
+        from evidence_store.engine import session_scope
+        from evidence_store.reservations import reserved_bytes
+
+        with session_scope(self.engine, read_only=True) as session:
+            return int(reserved_bytes(session, device_id, now))
+
+    def lookup(self, req: Request, resident: Resident, now: dt.datetime) -> PairEvidence:
+        if resident.profile is None:
+            return PairEvidence(resident.name, None, None,
+                                reason=f"resident {resident.name} has no profile, so no pairwise evidence can be keyed")
+        key = pair_key(req, resident)
+        assert key is not None
+        if not self.present:
+            return PairEvidence(resident.name, key, None, reason=f"no evidence store yet ({self.url}): no evidence for this pair")
+        from evidence_store.engine import session_scope
+        from evidence_store.lookup import lookup
+
+        policy = req.policy
+        with session_scope(self.engine, read_only=True) as session:
+            res = lookup(
+                session,
+                key,
+                driver_version=req.snapshot.driver_version,
+                now=now,
+                ttl_s=policy.evidence_ttl_s,
+                allow_cross_driver=policy.allow_cross_driver_evidence,
+                cross_driver_confidence_factor=policy.cross_driver_confidence_factor,
+            )
+        interval = None
+        if res.slowdown_interval is not None:
+            interval = (res.slowdown_interval[0] * 100, res.slowdown_interval[1] * 100)
+        return PairEvidence(
+            resident=resident.name,
+            key=key,
+            outcome=res.outcome,
+            ids=tuple(res.evidence_ids),
+            timestamp=res.evidence_timestamp,
+            confidence=res.confidence,
+            slowdown_pct=None if res.slowdown_estimate is None else res.slowdown_estimate * 100,
+            interval_pct=interval,
+            sources=tuple(res.sources),
+            cross_driver=res.cross_driver,
+            reason=res.reason,
+        )
+
+
+def open_store_for_writing(url: str | None, *, announce: Callable[[str], object] | None = None) -> Engine:
+    """The store's engine, at the current schema. A SQLite store that does not exist yet — no file,
+    or a file without a single table — is created at the current schema (zero setup); a store with
+    an older schema is never migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
+    from evidence_store.engine import check_schema, open_store, upgrade
+    from evidence_store.location import check_db_url, sqlite_file
+
+    resolved = store_url(url)
+    check_db_url(resolved)  # a mistyped SQLite directory is an error, never a new empty store
+    path = sqlite_file(resolved)
+    if path is not None and (not path.exists() or _sqlite_is_blank(path)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        upgrade(resolved)
+        if announce is not None:
+            announce(f"created a new evidence store at {resolved}")
+    engine = open_store(resolved)
+    check_schema(engine)
+    return engine
+
+
+def _sqlite_is_blank(path: Path) -> bool:
+    """A SQLite file with no table at all (created by a read that found nothing): nothing to migrate."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            tables: int = conn.execute("select count(*) from sqlite_master where type = 'table'").fetchone()[0]
+            return tables == 0
+    except sqlite3.DatabaseError:
+        return False  # not a SQLite file: open_store reports it
+
+
+def probe_evidence(req: Request, run: ProbeRun, now: dt.datetime) -> EvidenceIn:
+    """The evidence row of one probe run, recorded at ``now`` (slowdowns as fractions, as the store
+    keeps them; an estimate or interval the probe could not bound is left out)."""
+    from evidence_store.schemas import EvidenceIn
+
+    r = run.result
+    est = r.slowdown_estimate_pct
+    interval = r.slowdown_interval_pct
+    finite = interval is not None and all(abs(v) != float("inf") for v in interval) and est is not None
+    return EvidenceIn(
+        probe_id=r.probe_id,
+        key=run.key,
+        driver_version=req.snapshot.driver_version,
+        cuda_version=req.snapshot.cuda_driver_version,
+        device_uuid=req.snapshot.uuid,
+        source="canary",
+        outcome=r.outcome,
+        resident_slowdown=None if est is None or est != est or abs(est) == float("inf") else est / 100,
+        resident_slowdown_low=interval[0] / 100 if finite and interval else None,
+        resident_slowdown_high=interval[1] / 100 if finite and interval else None,
+        samples=r.samples,
+        exposure_used=r.exposure_used,
+        time_used_s=r.time_used_s,
+        confidence=r.confidence,
+        created_at=now,
+        expires_at=now + dt.timedelta(seconds=req.policy.evidence_ttl_s),
+    )
+
+
+def feedback_evidence(
+    req: Request, resident: Resident, *, observed_slowdown_pct: float | None, now: dt.datetime
+) -> EvidenceIn:
+    """The evidence row of a production SLO violation reported for (``resident``, the candidate)."""
+    import uuid
+
+    from canary.errors import InputError
+    from evidence_store.schemas import EvidenceIn
+
+    key = pair_key(req, resident)
+    if key is None:
+        raise InputError(f"resident {resident.name!r} has no profile, so no pair key", field="--resident-name")
+    return EvidenceIn(
+        probe_id=f"feedback-{uuid.uuid4()}", key=key, driver_version=req.snapshot.driver_version,
+        cuda_version=req.snapshot.cuda_driver_version, device_uuid=req.snapshot.uuid, source="production",
+        outcome="unsafe", resident_slowdown=None if observed_slowdown_pct is None else observed_slowdown_pct / 100,
+        samples=0, exposure_used=0, time_used_s=0.0, confidence=None, created_at=now,
+        expires_at=now + dt.timedelta(seconds=req.policy.evidence_ttl_s),
+    )
