@@ -328,7 +328,7 @@ def _store_revisions(conn: Connection) -> tuple[str, ...]:
 
 
 #: The newest migration in ``migrations/versions``. ``check_schema`` compares a store with it before
-#: importing Alembic, which costs about half a second on every command that reads a store (``gpu-fit``
+#: importing Alembic, whose import is a large part of every command that reads a store (``gpu-fit``
 #: among them); ``tests/cli/test_fit_cli.py`` checks that it is Alembic's head, so a new migration
 #: cannot leave it stale.
 SCHEMA_HEAD = "e5a7c9d2b418"
