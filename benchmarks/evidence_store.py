@@ -92,7 +92,7 @@ def generate_rows(
         key = keys[k]
         created = NOW - timedelta(seconds=rng.uniform(0, 60 * 86400))
         outcome = _pick(rng, (("safe", 0.70), ("unsafe", 0.15), ("inconclusive", 0.10), ("aborted", 0.05)))
-        est = rng.uniform(0.0, 0.3) if outcome in ("safe", "unsafe") else None
+        est = rng.uniform(0.0, 30.0) if outcome in ("safe", "unsafe") else None
         out.append(
             {
                 "id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
@@ -104,10 +104,10 @@ def generate_rows(
                 "probe_id": f"bench-{i}",
                 "source": _pick(rng, (("canary", 0.90), ("production", 0.08), ("import", 0.02))),
                 "outcome": outcome,
-                "resident_slowdown": est,
-                "resident_slowdown_low": None if est is None else max(0.0, est - 0.02),
-                "resident_slowdown_high": None if est is None else est + 0.02,
-                "candidate_slowdown": None,
+                "resident_slowdown_pct": est,
+                "resident_slowdown_low_pct": None if est is None else max(0.0, est - 2.0),
+                "resident_slowdown_high_pct": None if est is None else est + 2.0,
+                "candidate_slowdown_pct": None,
                 "samples": rng.randrange(20, 500),
                 "exposure_used": rng.randrange(10, 1000),
                 "time_used_s": rng.uniform(5, 300),
@@ -290,9 +290,9 @@ def run_backend(backend: str, url: str, args: argparse.Namespace) -> Figures:
                 driver_version=DRIVERS[0],
                 source="canary",
                 outcome="safe",
-                resident_slowdown=0.03,
-                resident_slowdown_low=0.01,
-                resident_slowdown_high=0.05,
+                resident_slowdown_pct=3.0,
+                resident_slowdown_low_pct=1.0,
+                resident_slowdown_high_pct=5.0,
                 samples=100,
                 exposure_used=50,
                 time_used_s=30.0,

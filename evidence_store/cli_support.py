@@ -1,8 +1,10 @@
 """What the ``canary evidence|reservations|db`` commands share: opening the store, reading times, tables,
 and the export/import file format.
 
-Export format (JSON lines): the first line is ``{"format": "canary-evidence", "version": 1}``; every
-following line is one stored record (``EvidenceOut``: the observation, its id, key digest and status).
+Export format (JSON lines): the first line is ``{"format": "canary-evidence", "version": 2}``; every
+following line is one stored record (``EvidenceOut``: the observation, its id, key digest and status),
+slowdowns in percent (``resident_slowdown_pct``: 5.0 is 5% slower). Version-1 files (slowdowns as
+fractions, without the ``_pct`` suffix) are still read: ``schemas.record_from_v1`` converts them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from evidence_store.schemas import (
     EvidenceOut,
     ExportHeader,
     ReservationOut,
+    record_from_v1,
 )
 
 
@@ -95,11 +98,11 @@ def fmt_time(value: datetime | None) -> str:
 
 
 def fmt_slowdown(rec: EvidenceOut) -> str:
-    if rec.resident_slowdown is None:
+    if rec.resident_slowdown_pct is None:
         return "unknown"
-    text = f"{rec.resident_slowdown * 100:.1f}%"
-    if rec.resident_slowdown_low is not None and rec.resident_slowdown_high is not None:
-        text += f" [{rec.resident_slowdown_low * 100:.1f}, {rec.resident_slowdown_high * 100:.1f}]"
+    text = f"{rec.resident_slowdown_pct:.1f}%"
+    if rec.resident_slowdown_low_pct is not None and rec.resident_slowdown_high_pct is not None:
+        text += f" [{rec.resident_slowdown_low_pct:.1f}, {rec.resident_slowdown_high_pct:.1f}]"
     return text
 
 
@@ -375,6 +378,8 @@ def read_export(path: Path, *, key: bytes | None = None) -> list[tuple[int, Evid
         except (RecursionError, ValueError) as err:  # nesting or a number too long to convert
             raise InputError(f"line {number}: not a record ({str(err).splitlines()[0][:80]})", file=name) from err
         check_limits(data, file=f"{name}: line {number}")
+        if header.version == 1:
+            data = record_from_v1(data)
         try:
             records.append((number, EvidenceOut.model_validate(data)))
         except ValidationError as err:

@@ -292,12 +292,12 @@ def drift_report(session: Session, event_id: str) -> dict[str, Any]:
                 "label": entry["label"], "key_digest": key, "probe_id": entry["probe_id"],
                 "probe_state": None if probe is None else probe.state,
                 "old_outcome": None if old is None else old.outcome,
-                "old_slowdown": None if old is None else old.resident_slowdown,
+                "old_slowdown_pct": None if old is None else old.resident_slowdown_pct,
                 "old_status": None if old is None else old.status,
                 "new_outcome": None if new is None else new.outcome,
-                "new_slowdown": None if new is None else new.resident_slowdown,
-                "change": None if old is None or new is None or old.resident_slowdown is None
-                or new.resident_slowdown is None else new.resident_slowdown - old.resident_slowdown,
+                "new_slowdown_pct": None if new is None else new.resident_slowdown_pct,
+                "change_pct": None if old is None or new is None or old.resident_slowdown_pct is None
+                or new.resident_slowdown_pct is None else new.resident_slowdown_pct - old.resident_slowdown_pct,
             })
     return {"id": event.id, "device_id": event.device_id, "node": event.node, "device_type": event.device_type,
             "old_driver": event.old_driver, "new_driver": event.new_driver,

@@ -28,8 +28,8 @@ from evidence_store.schemas import EvidenceOut
 
 MAX_COUNT = 10**9
 MAX_TIME_USED_S = 24 * 3600.0
-MAX_SLOWDOWN = 100.0  # +10000%
-MIN_SLOWDOWN = -1.0
+MAX_SLOWDOWN_PCT = 10000.0
+MIN_SLOWDOWN_PCT = -100.0
 CLOCK_SKEW = timedelta(minutes=5)
 _PROBE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}")
 
@@ -64,25 +64,25 @@ def check_record(
             raise bad(name, f"{value} is beyond any real probe (limit {MAX_COUNT})")
     if rec.time_used_s > MAX_TIME_USED_S:
         raise bad("time_used_s", f"{rec.time_used_s:g} s is beyond any real probe (limit {MAX_TIME_USED_S:g} s)")
-    for name in ("resident_slowdown", "resident_slowdown_low", "resident_slowdown_high", "candidate_slowdown"):
+    for name in ("resident_slowdown_pct", "resident_slowdown_low_pct", "resident_slowdown_high_pct", "candidate_slowdown_pct"):
         value = getattr(rec, name)
-        if value is not None and not MIN_SLOWDOWN <= value <= MAX_SLOWDOWN:
-            raise bad(name, f"{value:g} is outside {MIN_SLOWDOWN:g} … {MAX_SLOWDOWN:g} (a fraction: 0.05 is 5%)")
-    bound = max_slowdown_pct / 100
+        if value is not None and not MIN_SLOWDOWN_PCT <= value <= MAX_SLOWDOWN_PCT:
+            raise bad(name, f"{value:g} is outside {MIN_SLOWDOWN_PCT:g} … {MAX_SLOWDOWN_PCT:g} (percent: 5 is 5% slower)")
+    bound = max_slowdown_pct
     if rec.outcome == "safe":
-        if rec.resident_slowdown is None:
-            raise bad("outcome", "'safe' without a measured resident_slowdown")
-        if rec.resident_slowdown > bound:
+        if rec.resident_slowdown_pct is None:
+            raise bad("outcome", "'safe' without a measured resident_slowdown_pct")
+        if rec.resident_slowdown_pct > bound:
             raise bad(
                 "outcome",
-                f"'safe' with a resident slowdown of {rec.resident_slowdown * 100:.1f}%, above the policy's "
+                f"'safe' with a resident slowdown of {rec.resident_slowdown_pct:.1f}%, above the policy's "
                 f"largest bound of {max_slowdown_pct:g}%",
             )
-        high = rec.resident_slowdown_high
+        high = rec.resident_slowdown_high_pct
         if high is not None and high > bound and rec.confidence is not None and rec.confidence >= min_confidence:
             raise bad(
                 "confidence",
-                f"'safe' with confidence {rec.confidence:g} although its interval reaches {high * 100:.1f}%, "
+                f"'safe' with confidence {rec.confidence:g} although its interval reaches {high:.1f}%, "
                 f"above the bound of {max_slowdown_pct:g}%",
             )
     life = (rec.expires_at - rec.created_at).total_seconds()

@@ -47,11 +47,11 @@ class PoolRecord(Protocol):
     @property
     def outcome(self) -> str: ...
     @property
-    def resident_slowdown(self) -> float | None: ...
+    def resident_slowdown_pct(self) -> float | None: ...
     @property
-    def resident_slowdown_low(self) -> float | None: ...
+    def resident_slowdown_low_pct(self) -> float | None: ...
     @property
-    def resident_slowdown_high(self) -> float | None: ...
+    def resident_slowdown_high_pct(self) -> float | None: ...
     @property
     def samples(self) -> int: ...
     @property
@@ -68,9 +68,9 @@ class Record:
     driver_version: str | None
     source: Source
     outcome: Outcome
-    resident_slowdown: float | None
-    resident_slowdown_low: float | None
-    resident_slowdown_high: float | None
+    resident_slowdown_pct: float | None
+    resident_slowdown_low_pct: float | None
+    resident_slowdown_high_pct: float | None
     samples: int
     confidence: float | None
     created_at: datetime
@@ -85,7 +85,7 @@ def _order(record: PoolRecord) -> tuple[datetime, str]:
 
 
 def _weighted_estimate(records: Sequence[PoolRecord]) -> float | None:
-    measured = [(float(r.samples), r.resident_slowdown) for r in records if r.resident_slowdown is not None]
+    measured = [(float(r.samples), r.resident_slowdown_pct) for r in records if r.resident_slowdown_pct is not None]
     if not measured:
         return None
     weights = [w for w, _ in measured]
@@ -97,9 +97,9 @@ def _weighted_estimate(records: Sequence[PoolRecord]) -> float | None:
 
 def _envelope(records: Sequence[PoolRecord]) -> tuple[float, float] | None:
     bounded: list[tuple[float, float]] = [
-        (r.resident_slowdown_low, r.resident_slowdown_high)
+        (r.resident_slowdown_low_pct, r.resident_slowdown_high_pct)
         for r in records
-        if r.resident_slowdown_low is not None and r.resident_slowdown_high is not None
+        if r.resident_slowdown_low_pct is not None and r.resident_slowdown_high_pct is not None
     ]
     if not bounded:
         return None
@@ -193,8 +193,8 @@ def pool(
         evidence_ids=tuple(r.id for r in deciding),
         evidence_timestamp=newest,
         confidence=confidence,
-        slowdown_estimate=_weighted_estimate(deciding),
-        slowdown_interval=_envelope(deciding),
+        slowdown_estimate_pct=_weighted_estimate(deciding),
+        slowdown_interval_pct=_envelope(deciding),
         samples=sum(r.samples for r in deciding),
         sources=tuple(sorted({cast(Source, r.source) for r in deciding})),
         cross_driver=cross_driver,

@@ -6,7 +6,8 @@ These never import the ORM models (``evidence_store.models``); the stored shapes
 Every timestamp is timezone-aware and normalised to UTC; a naive timestamp is rejected, because a
 clock without a zone cannot be compared with a lease or a TTL.
 
-Slowdowns are fractions of the resident's solo latency (or throughput loss): ``0.05`` means 5% slower.
+Slowdowns are percent of the resident's solo latency (or throughput loss): ``5.0`` means 5% slower — the unit
+the probe, the judge and the certificate use (columns and fields end in ``_pct``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,26 @@ STATUSES: tuple[Status, ...] = ("current", "stale", "revoked")
 PROBE_STATES: tuple[ProbeState, ...] = ("running", "decided", "aborted", "rolled_back", "recorded", "failed")
 
 EXPORT_FORMAT = "canary-evidence"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
+# Version 1 files kept slowdowns as fractions under these names; version 2 keeps percent under ``*_pct``.
+V1_FRACTION_FIELDS = ("resident_slowdown", "resident_slowdown_low", "resident_slowdown_high", "candidate_slowdown")
+
+
+def record_from_v1(data: object) -> object:
+    """A version-1 export record (slowdowns as fractions) in today's shape (percent, ``*_pct``).
+
+    The one place a fraction becomes percent. A value that is not a number is carried over unchanged,
+    so validation reports it under its new name; anything that is not an object is left to validation.
+    """
+    if not isinstance(data, dict):
+        return data
+    out = {k: v for k, v in data.items() if k not in V1_FRACTION_FIELDS}
+    for name in V1_FRACTION_FIELDS:
+        if name in data:
+            value = data[name]
+            is_number = isinstance(value, int | float) and not isinstance(value, bool)
+            out[f"{name}_pct"] = value * 100 if is_number else value
+    return out
 
 
 def to_utc(value: datetime) -> datetime:
@@ -57,7 +77,7 @@ class _Frozen(BaseModel):
 class EvidenceIn(_Frozen):
     """One probe's (or production's, or an import's) observation of a pair.
 
-    ``resident_slowdown`` and its interval are ``None`` when the probe could not estimate them (an
+    ``resident_slowdown_pct`` and its interval are ``None`` when the probe could not estimate them (an
     aborted probe, a production SLO breach reported without a measurement); ``confidence`` is ``None``
     when the source gives none. ``None`` is never read as zero.
     """
@@ -69,10 +89,10 @@ class EvidenceIn(_Frozen):
     device_uuid: str | None = Field(default=None, min_length=1, max_length=200)
     source: Source
     outcome: Outcome
-    resident_slowdown: float | None = None
-    resident_slowdown_low: float | None = None
-    resident_slowdown_high: float | None = None
-    candidate_slowdown: float | None = None
+    resident_slowdown_pct: float | None = None
+    resident_slowdown_low_pct: float | None = None
+    resident_slowdown_high_pct: float | None = None
+    candidate_slowdown_pct: float | None = None
     samples: int = Field(ge=0)
     exposure_used: int = Field(ge=0, description="requests (or kernel launches) the canary served")
     time_used_s: float = Field(ge=0.0)
@@ -86,10 +106,10 @@ class EvidenceIn(_Frozen):
         return to_utc(value)
 
     @field_validator(
-        "resident_slowdown",
-        "resident_slowdown_low",
-        "resident_slowdown_high",
-        "candidate_slowdown",
+        "resident_slowdown_pct",
+        "resident_slowdown_low_pct",
+        "resident_slowdown_high_pct",
+        "candidate_slowdown_pct",
         "time_used_s",
     )
     @classmethod
@@ -102,15 +122,15 @@ class EvidenceIn(_Frozen):
     def _consistent(self) -> Self:
         if self.expires_at <= self.created_at:
             raise ValueError("expires_at must be later than created_at")
-        low, est, high = self.resident_slowdown_low, self.resident_slowdown, self.resident_slowdown_high
+        low, est, high = self.resident_slowdown_low_pct, self.resident_slowdown_pct, self.resident_slowdown_high_pct
         if (low is None) != (high is None):
-            raise ValueError("resident_slowdown_low and resident_slowdown_high come together or not at all")
+            raise ValueError("resident_slowdown_low_pct and resident_slowdown_high_pct come together or not at all")
         if low is not None and high is not None:
             if est is None:
-                raise ValueError("an interval needs its estimate: resident_slowdown is missing")
+                raise ValueError("an interval needs its estimate: resident_slowdown_pct is missing")
             if not low <= est <= high:
                 raise ValueError(
-                    f"resident_slowdown_low <= resident_slowdown <= resident_slowdown_high is violated "
+                    f"resident_slowdown_low_pct <= resident_slowdown_pct <= resident_slowdown_high_pct is violated "
                     f"({low} <= {est} <= {high})"
                 )
         return self
@@ -149,15 +169,15 @@ class LookupResult(_Frozen):
 
     ``outcome`` is ``None`` when there is no usable evidence (then every number is ``None`` or empty and
     ``reason`` says why). ``confidence`` is ``None`` when no record of the deciding outcome carried one.
-    ``slowdown_estimate`` / ``slowdown_interval`` are ``None`` when no pooled record measured them.
+    ``slowdown_estimate_pct`` / ``slowdown_interval_pct`` are ``None`` when no pooled record measured them.
     """
 
     outcome: PooledOutcome | None
     evidence_ids: tuple[str, ...] = ()
     evidence_timestamp: AwareDatetime | None = None
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    slowdown_estimate: float | None = None
-    slowdown_interval: tuple[float, float] | None = None
+    slowdown_estimate_pct: float | None = None
+    slowdown_interval_pct: tuple[float, float] | None = None
     samples: int = 0
     sources: tuple[Source, ...] = ()
     cross_driver: bool = False
@@ -226,5 +246,5 @@ class ExportHeader(_Frozen):
     HMAC of every byte before that line under the key."""
 
     format: Literal["canary-evidence"]
-    version: Literal[1]
+    version: Literal[1, 2]
     key_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")

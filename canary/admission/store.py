@@ -96,8 +96,8 @@ class EvidenceAccess:
                 cross_driver_confidence_factor=policy.cross_driver_confidence_factor,
             )
         interval = None
-        if res.slowdown_interval is not None:
-            interval = (res.slowdown_interval[0] * 100, res.slowdown_interval[1] * 100)
+        if res.slowdown_interval_pct is not None:
+            interval = res.slowdown_interval_pct
         return PairEvidence(
             resident=resident.name,
             key=key,
@@ -105,7 +105,7 @@ class EvidenceAccess:
             ids=tuple(res.evidence_ids),
             timestamp=res.evidence_timestamp,
             confidence=res.confidence,
-            slowdown_pct=None if res.slowdown_estimate is None else res.slowdown_estimate * 100,
+            slowdown_pct=None if res.slowdown_estimate_pct is None else res.slowdown_estimate_pct,
             interval_pct=interval,
             sources=tuple(res.sources),
             cross_driver=res.cross_driver,
@@ -146,8 +146,8 @@ def _sqlite_is_blank(path: Path) -> bool:
 
 
 def probe_evidence(req: Request, run: ProbeRun, now: dt.datetime) -> EvidenceIn:
-    """The evidence row of one probe run, recorded at ``now`` (slowdowns as fractions, as the store
-    keeps them; an estimate or interval the probe could not bound is left out)."""
+    """The evidence row of one probe run, recorded at ``now`` (slowdowns in percent, as everywhere; an
+    estimate or interval the probe could not bound is left out)."""
     from evidence_store.schemas import EvidenceIn
 
     r = run.result
@@ -162,9 +162,9 @@ def probe_evidence(req: Request, run: ProbeRun, now: dt.datetime) -> EvidenceIn:
         device_uuid=req.snapshot.uuid,
         source="canary",
         outcome=r.outcome,
-        resident_slowdown=None if est is None or est != est or abs(est) == float("inf") else est / 100,
-        resident_slowdown_low=interval[0] / 100 if finite and interval else None,
-        resident_slowdown_high=interval[1] / 100 if finite and interval else None,
+        resident_slowdown_pct=None if est is None or est != est or abs(est) == float("inf") else est,
+        resident_slowdown_low_pct=interval[0] if finite and interval else None,
+        resident_slowdown_high_pct=interval[1] if finite and interval else None,
         samples=r.samples,
         exposure_used=r.exposure_used,
         time_used_s=r.time_used_s,
@@ -189,7 +189,7 @@ def feedback_evidence(
     return EvidenceIn(
         probe_id=f"feedback-{uuid.uuid4()}", key=key, driver_version=req.snapshot.driver_version,
         cuda_version=req.snapshot.cuda_driver_version, device_uuid=req.snapshot.uuid, source="production",
-        outcome="unsafe", resident_slowdown=None if observed_slowdown_pct is None else observed_slowdown_pct / 100,
+        outcome="unsafe", resident_slowdown_pct=None if observed_slowdown_pct is None else observed_slowdown_pct,
         samples=0, exposure_used=0, time_used_s=0.0, confidence=None, created_at=now,
         expires_at=now + dt.timedelta(seconds=req.policy.evidence_ttl_s),
     )

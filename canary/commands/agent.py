@@ -171,7 +171,7 @@ def run_drain(args: argparse.Namespace) -> int:
 
 
 def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v * 100:+.1f}%"  # the store keeps slowdowns as fractions
+    return "–" if v is None else f"{v:+.1f}%"
 
 
 def run_drift(args: argparse.Namespace) -> int:
@@ -201,6 +201,6 @@ def run_drift(args: argparse.Namespace) -> int:
     sys.stdout.write(f"{report['node']} {report['device_type']}: driver {report['old_driver']} → "
                      f"{report['new_driver']}; {report['stale_marked']} record(s) marked stale\n")
     sys.stdout.write(table(["pair", "probe", "old outcome", "old slowdown", "new outcome", "new slowdown", "change"], [
-        [p["label"], p["probe_state"] or "–", p["old_outcome"] or "–", _pct(p["old_slowdown"]),
-         p["new_outcome"] or "–", _pct(p["new_slowdown"]), _pct(p["change"])] for p in report["pairs"]]) + "\n")
+        [p["label"], p["probe_state"] or "–", p["old_outcome"] or "–", _pct(p["old_slowdown_pct"]),
+         p["new_outcome"] or "–", _pct(p["new_slowdown_pct"]), _pct(p["change_pct"])] for p in report["pairs"]]) + "\n")
     return 0

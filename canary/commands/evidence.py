@@ -146,7 +146,7 @@ def run_show(args: argparse.Namespace) -> int:
         ("resident slowdown", fmt_slowdown(record)),
         (
             "candidate slowdown",
-            "unknown" if record.candidate_slowdown is None else f"{record.candidate_slowdown * 100:.1f}%",
+            "unknown" if record.candidate_slowdown_pct is None else f"{record.candidate_slowdown_pct:.1f}%",
         ),
         ("confidence", fmt_confidence(record.confidence)),
         ("samples / exposure", f"{record.samples} / {record.exposure_used}"),

@@ -251,11 +251,11 @@ def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, 
                 updated.append(outcome)
                 continue
             interval = None
-            if old.resident_slowdown_low is not None and old.resident_slowdown_high is not None:
-                interval = (old.resident_slowdown_low * 100, old.resident_slowdown_high * 100)
+            if old.resident_slowdown_low_pct is not None and old.resident_slowdown_high_pct is not None:
+                interval = (old.resident_slowdown_low_pct, old.resident_slowdown_high_pct)
             updated.append(PairOutcome(
                 **{**outcome.__dict__, "old_driver": old.driver_version,
-                   "old_slowdown_pct": None if old.resident_slowdown is None else old.resident_slowdown * 100,
+                   "old_slowdown_pct": None if old.resident_slowdown_pct is None else old.resident_slowdown_pct,
                    "old_interval_pct": interval, "old_outcome": old.outcome}))
     report.pairs = updated
 

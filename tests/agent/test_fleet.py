@@ -179,7 +179,7 @@ def test_driver_change_marks_stale_revalidates_hot_pairs_within_budget(
         assert pair["probe_state"] == "done"
         assert pair["old_outcome"] is not None and pair["old_status"] == "stale"
         assert pair["new_outcome"] is not None
-        assert pair["change"] == pytest.approx(pair["new_slowdown"] - pair["old_slowdown"])
+        assert pair["change_pct"] == pytest.approx(pair["new_slowdown_pct"] - pair["old_slowdown_pct"])
     with server.client(make_token(store_url, "read")) as client:
         api = client.get(f"/v1/drift/{event.id}").json()
         assert api["pairs"] == report["pairs"]

@@ -56,8 +56,8 @@ def _resolved(pair: str) -> Any:
 def _evidence(key: Any, probe_id: str, created: dt.datetime, ttl: dt.timedelta) -> EvidenceIn:
     return EvidenceIn.model_validate({
         "probe_id": probe_id, "key": key, "driver_version": "580.95.05", "cuda_version": None, "device_uuid": None,
-        "source": "canary", "outcome": "safe", "resident_slowdown": 0.01, "resident_slowdown_low": 0.0,
-        "resident_slowdown_high": 0.02, "candidate_slowdown": None, "samples": 100, "exposure_used": 10,
+        "source": "canary", "outcome": "safe", "resident_slowdown_pct": 1.0, "resident_slowdown_low_pct": 0.0,
+        "resident_slowdown_high_pct": 2.0, "candidate_slowdown_pct": None, "samples": 100, "exposure_used": 10,
         "time_used_s": 5.0, "confidence": 0.95, "created_at": created, "expires_at": created + ttl})
 
 

@@ -30,8 +30,8 @@ def rec(
     driver: str | None = DRIVER,
     minutes: int = 0,
     confidence: float | None = 0.95,
-    slowdown: float | None = 0.04,
-    interval: tuple[float, float] | None = (0.02, 0.06),
+    slowdown: float | None = 4.0,
+    interval: tuple[float, float] | None = (2.0, 6.0),
     samples: int = 200,
 ) -> Record:
     return Record(
@@ -39,9 +39,9 @@ def rec(
         driver_version=driver,
         source=source,  # type: ignore[arg-type]
         outcome=outcome,  # type: ignore[arg-type]
-        resident_slowdown=slowdown,
-        resident_slowdown_low=interval[0] if interval else None,
-        resident_slowdown_high=interval[1] if interval else None,
+        resident_slowdown_pct=slowdown,
+        resident_slowdown_low_pct=interval[0] if interval else None,
+        resident_slowdown_high_pct=interval[1] if interval else None,
         samples=samples,
         confidence=confidence,
         created_at=T0 + timedelta(minutes=minutes),
@@ -70,8 +70,8 @@ CASES = [
     Case(
         "passes pool: highest confidence, sample-weighted estimate, envelope, newest first",
         [
-            rec("a", minutes=0, confidence=0.9, slowdown=0.02, interval=(0.01, 0.03), samples=100),
-            rec("b", minutes=5, confidence=0.97, slowdown=0.05, interval=(0.04, 0.08), samples=300),
+            rec("a", minutes=0, confidence=0.9, slowdown=2.0, interval=(1.0, 3.0), samples=100),
+            rec("b", minutes=5, confidence=0.97, slowdown=5.0, interval=(4.0, 8.0), samples=300),
             rec("c", "inconclusive", minutes=9),
         ],
         {
@@ -79,8 +79,8 @@ CASES = [
             "evidence_ids": ("b", "a"),
             "evidence_timestamp": T0 + timedelta(minutes=5),
             "confidence": 0.97,
-            "slowdown_estimate": pytest.approx((100 * 0.02 + 300 * 0.05) / 400),
-            "slowdown_interval": (0.01, 0.08),
+            "slowdown_estimate_pct": pytest.approx((100 * 2.0 + 300 * 5.0) / 400),
+            "slowdown_interval_pct": (1.0, 8.0),
             "samples": 400,
             "sources": ("canary",),
             "cross_driver": False,
@@ -101,7 +101,7 @@ CASES = [
             rec("v", "unsafe", source="production", minutes=2, confidence=None, slowdown=None, interval=None),
             rec("c", minutes=3),
         ],
-        {"outcome": "unsafe", "evidence_ids": ("v",), "confidence": None, "slowdown_estimate": None},
+        {"outcome": "unsafe", "evidence_ids": ("v",), "confidence": None, "slowdown_estimate_pct": None},
         ("production SLO violation", "outweighs 2 earlier record(s)"),
     ),
     Case(
@@ -169,12 +169,12 @@ CASES = [
     Case(
         "no confidence and no measurement stay unknown, never zero",
         [rec("a", confidence=None, slowdown=None, interval=None, samples=0)],
-        {"outcome": "safe", "confidence": None, "slowdown_estimate": None, "slowdown_interval": None},
+        {"outcome": "safe", "confidence": None, "slowdown_estimate_pct": None, "slowdown_interval_pct": None},
     ),
     Case(
         "no samples: the estimate is the plain mean",
-        [rec("a", slowdown=0.02, samples=0), rec("b", slowdown=0.06, samples=0, minutes=1)],
-        {"outcome": "safe", "slowdown_estimate": pytest.approx(0.04)},
+        [rec("a", slowdown=2.0, samples=0), rec("b", slowdown=6.0, samples=0, minutes=1)],
+        {"outcome": "safe", "slowdown_estimate_pct": pytest.approx(4.0)},
     ),
     Case(
         "same time: the larger id is newer",
@@ -228,9 +228,9 @@ def test_a_stored_record_pools_like_its_plain_values() -> None:
         driver_version=stored.driver_version,
         source=stored.source,
         outcome=stored.outcome,
-        resident_slowdown=stored.resident_slowdown,
-        resident_slowdown_low=stored.resident_slowdown_low,
-        resident_slowdown_high=stored.resident_slowdown_high,
+        resident_slowdown_pct=stored.resident_slowdown_pct,
+        resident_slowdown_low_pct=stored.resident_slowdown_low_pct,
+        resident_slowdown_high_pct=stored.resident_slowdown_high_pct,
         samples=stored.samples,
         confidence=stored.confidence,
         created_at=stored.created_at,

@@ -151,7 +151,7 @@ def test_export_import_round_trip_and_conflicts(cli: Run, sqlite_url: str, tmp_p
     code, out, _ = cli("--db", sqlite_url, "evidence", "export", str(dump))
     assert code == 0 and "exported 3" in out
     lines = dump.read_text().splitlines()
-    assert json.loads(lines[0]) == {"format": "canary-evidence", "version": 1}
+    assert json.loads(lines[0]) == {"format": "canary-evidence", "version": 2}
 
     target = f"sqlite:///{tmp_path / 'target.sqlite3'}"
     upgrade(target)
@@ -180,7 +180,7 @@ def test_export_import_round_trip_and_conflicts(cli: Run, sqlite_url: str, tmp_p
     assert "p-new" not in {r["probe_id"] for r in json.loads(out)}  # all or nothing
 
 
-GOOD_HEADER = '{"format":"canary-evidence","version":1}'
+GOOD_HEADER = '{"format":"canary-evidence","version":2}'
 
 
 def _record_line(**changes: object) -> str:
@@ -197,7 +197,7 @@ BAD_FILES: list[tuple[str, str, list[str]]] = [
     ("empty", "", ["line 1", "empty file"]),
     ("header not JSON", "canary evidence\n", ["line 1", "header is not JSON"]),
     ("wrong format", '{"format":"other","version":1}\n', ["line 1", "field 'format'"]),
-    ("wrong version", '{"format":"canary-evidence","version":2}\n', ["line 1", "field 'version'"]),
+    ("wrong version", '{"format":"canary-evidence","version":3}\n', ["line 1", "field 'version'"]),
     ("record not JSON", GOOD_HEADER + "\n" + _record_line() + "\n{oops\n", ["line 3", "not JSON"]),
     ("bad outcome", GOOD_HEADER + "\n" + _record_line(outcome="maybe") + "\n", ["line 2", "field 'outcome'"]),
     (
@@ -229,6 +229,29 @@ def test_bad_import_files_are_exit_2_naming_file_line_field(
     assert "Traceback" not in err
     code, out, _ = cli("--db", sqlite_url, "evidence", "list")
     assert out == "no evidence matches\n"
+
+
+def test_version_1_files_are_read_with_their_fractions_as_percent(cli: Run, sqlite_url: str, tmp_path: Path) -> None:
+    """Exports written before the store kept percent (version 1: fractions, no ``_pct``) still import."""
+    line = json.loads(_record_line())
+    for name in ("resident_slowdown", "resident_slowdown_low", "resident_slowdown_high", "candidate_slowdown"):
+        line.pop(f"{name}_pct")
+    line |= {"resident_slowdown": 0.04, "resident_slowdown_low": 0.02, "resident_slowdown_high": 0.06,
+             "candidate_slowdown": None}
+    old = tmp_path / "v1.jsonl"
+    old.write_text('{"format":"canary-evidence","version":1}\n' + json.dumps(line) + "\n")
+    code, out, err = cli("--db", sqlite_url, "evidence", "import", str(old))
+    assert code == 0 and "imported 1" in out, err
+    code, out, _ = cli("--db", sqlite_url, "evidence", "list", "--json")
+    (rec,) = json.loads(out)
+    assert (rec["resident_slowdown_low_pct"], rec["resident_slowdown_pct"], rec["resident_slowdown_high_pct"]) == (
+        pytest.approx(2.0), pytest.approx(4.0), pytest.approx(6.0))
+    assert rec["candidate_slowdown_pct"] is None
+    # A version-2 file with the old field names is refused, naming the field: the version says the unit.
+    wrong = tmp_path / "v2-old-names.jsonl"
+    wrong.write_text(GOOD_HEADER + "\n" + json.dumps(line) + "\n")
+    code, _, err = cli("--db", sqlite_url, "evidence", "import", str(wrong))
+    assert code == 2 and "line 2" in err and "resident_slowdown" in err
 
 
 def test_import_of_a_missing_file_names_it(cli: Run, sqlite_url: str, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -101,3 +102,36 @@ def test_migrations_run_from_an_installed_copy(tmp_path: Path) -> None:
     located, revision = out.stdout.strip().splitlines()
     assert located.startswith(str(site))
     assert revision == ",".join(head_revisions())
+
+
+def test_slowdowns_kept_as_fractions_become_percent(empty_url: str) -> None:
+    """``f6b2d8e4a713`` renames the slowdown columns to ``*_pct`` and multiplies the stored values by 100."""
+    from sqlalchemy import text
+
+    upgrade(empty_url, "e5a7c9d2b418")
+    eng = make_engine(empty_url)
+    row = {
+        "id": "00000000-0000-4000-8000-0000000000aa", "key_digest": "d" * 64, "resident_version": "r@1",
+        "resident_shape_family": "s", "candidate_version": "c@1", "candidate_shape_family": "s",
+        "device_type": "H100-SXM5-80GB", "regime": "streams", "probe_id": "p-frac", "source": "canary",
+        "outcome": "safe", "resident_slowdown": 0.04, "resident_slowdown_low": 0.02,
+        "resident_slowdown_high": 0.06, "candidate_slowdown": None, "samples": 10, "exposure_used": 5,
+        "time_used_s": 1.0, "confidence": 0.95, "created_at": "2026-12-01 00:00:00.000000",
+        "expires_at": "2026-12-02 00:00:00.000000", "status": "current",
+    }
+    try:
+        with eng.begin() as conn:
+            conn.execute(text(f"INSERT INTO evidence ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"),
+                         row)
+        upgrade(empty_url, "f6b2d8e4a713")
+        with eng.connect() as conn:
+            got = conn.execute(text("SELECT resident_slowdown_low_pct, resident_slowdown_pct, "
+                                    "resident_slowdown_high_pct, candidate_slowdown_pct FROM evidence")).one()
+        assert tuple(got[:3]) == (pytest.approx(2.0), pytest.approx(4.0), pytest.approx(6.0))
+        assert got[3] is None
+        downgrade(empty_url, "e5a7c9d2b418")
+        with eng.connect() as conn:
+            back = conn.execute(text("SELECT resident_slowdown FROM evidence")).scalar_one()
+        assert back == pytest.approx(0.04)
+    finally:
+        eng.dispose()

@@ -82,8 +82,8 @@ def test_naive_or_inconsistent_records_are_rejected() -> None:
         EvidenceIn.model_validate({**good, "created_at": datetime(2026, 11, 30, 6, 0)})
     with pytest.raises(ValidationError, match="expires_at"):
         EvidenceIn.model_validate({**good, "expires_at": good["created_at"]})
-    with pytest.raises(ValidationError, match="resident_slowdown_low <= resident_slowdown"):
-        EvidenceIn.model_validate({**good, "resident_slowdown": 0.5})
+    with pytest.raises(ValidationError, match="resident_slowdown_low_pct <= resident_slowdown_pct"):
+        EvidenceIn.model_validate({**good, "resident_slowdown_pct": 50.0})
     with pytest.raises(ValidationError, match="confidence"):
         EvidenceIn.model_validate({**good, "confidence": 1.5})
 
@@ -196,17 +196,17 @@ def test_lookup_rules(
 def test_lookup_pools_numbers(engine: Engine) -> None:
     _record(
         engine,
-        evidence("a", created_at=T0, confidence=0.95, slowdown=0.02, interval=(0.01, 0.03), samples=100),
+        evidence("a", created_at=T0, confidence=0.95, slowdown=2.0, interval=(1.0, 3.0), samples=100),
         evidence(
-            "b", created_at=T0 + HOUR, confidence=0.99, slowdown=0.05, interval=(0.04, 0.08), samples=300
+            "b", created_at=T0 + HOUR, confidence=0.99, slowdown=5.0, interval=(4.0, 8.0), samples=300
         ),
     )
     result = _lookup(engine)
     assert result.outcome == "safe"  # type: ignore[attr-defined]
     assert result.samples == 400  # type: ignore[attr-defined]
     assert result.confidence == pytest.approx(0.99)  # type: ignore[attr-defined]
-    assert result.slowdown_estimate == pytest.approx((0.02 * 100 + 0.05 * 300) / 400)  # type: ignore[attr-defined]
-    assert result.slowdown_interval == (0.01, 0.08)  # type: ignore[attr-defined]
+    assert result.slowdown_estimate_pct == pytest.approx((2.0 * 100 + 5.0 * 300) / 400)  # type: ignore[attr-defined]
+    assert result.slowdown_interval_pct == (1.0, 8.0)  # type: ignore[attr-defined]
     assert result.evidence_timestamp == T0 + HOUR  # type: ignore[attr-defined]
     assert result.sources == ("canary",)  # type: ignore[attr-defined]
     assert len(result.evidence_ids) == 2 and not result.cross_driver  # type: ignore[attr-defined]
@@ -225,8 +225,8 @@ def test_unknown_confidence_stays_unknown(engine: Engine) -> None:
     _record(engine, evidence("a", confidence=None, slowdown=None, interval=None))
     result = _lookup(engine)
     assert result.outcome == "safe"  # type: ignore[attr-defined]
-    assert result.confidence is None and result.slowdown_estimate is None  # type: ignore[attr-defined]
-    assert result.slowdown_interval is None  # type: ignore[attr-defined]
+    assert result.confidence is None and result.slowdown_estimate_pct is None  # type: ignore[attr-defined]
+    assert result.slowdown_interval_pct is None  # type: ignore[attr-defined]
 
 
 def test_lookup_refuses_bad_ttl(engine: Engine) -> None:

@@ -97,10 +97,10 @@ def _record(now: datetime, **changes: Any) -> dict[str, Any]:
         "device_uuid": "GPU-1",
         "source": "canary",
         "outcome": "safe",
-        "resident_slowdown": 0.04,
-        "resident_slowdown_low": 0.02,
-        "resident_slowdown_high": 0.06,
-        "candidate_slowdown": None,
+        "resident_slowdown_pct": 4.0,
+        "resident_slowdown_low_pct": 2.0,
+        "resident_slowdown_high_pct": 6.0,
+        "candidate_slowdown_pct": None,
         "samples": 200,
         "exposure_used": 100,
         "time_used_s": 30.0,
@@ -116,7 +116,7 @@ def _record(now: datetime, **changes: Any) -> dict[str, Any]:
     return rec
 
 
-HEADER = '{"format":"canary-evidence","version":1}'
+HEADER = '{"format":"canary-evidence","version":2}'
 
 
 def write_files(folder: Path, now: datetime) -> dict[str, str]:
@@ -288,8 +288,8 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
         return _record(now, **changes)
 
     files["imp_good"] = export(rec())
-    files["imp_safe_over_bound"] = export(rec(resident_slowdown=0.30, resident_slowdown_low=0.28,
-                                              resident_slowdown_high=0.32, confidence=0.99))
+    files["imp_safe_over_bound"] = export(rec(resident_slowdown_pct=30.0, resident_slowdown_low_pct=28.0,
+                                              resident_slowdown_high_pct=32.0, confidence=0.99))
     files["imp_expiry_9999"] = export(rec(expires_at="9999-12-31T00:00:00+00:00"))
     files["imp_ttl_too_long"] = export(rec(expires_at=(now + timedelta(days=30)).isoformat()))
     files["imp_future"] = export(rec(created_at=(now + timedelta(days=1)).isoformat(),
@@ -298,15 +298,15 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
     files["imp_samples_1e9"] = export(rec(samples=10**9 + 1))
     files["imp_exposure_neg"] = export(rec(exposure_used=-1))
     files["imp_time_huge"] = export(rec(time_used_s=1e12))
-    files["imp_nan_slowdown"] = HEADER + "\n" + json.dumps(rec()).replace('"resident_slowdown": 0.04',
-                                                                          '"resident_slowdown": NaN') + "\n"
+    files["imp_nan_slowdown"] = HEADER + "\n" + json.dumps(rec()).replace('"resident_slowdown_pct": 4.0',
+                                                                          '"resident_slowdown_pct": NaN') + "\n"
     files["imp_inf_time"] = HEADER + "\n" + json.dumps(rec()).replace('"time_used_s": 30.0',
                                                                       '"time_used_s": Infinity') + "\n"
-    files["imp_slowdown_huge"] = export(rec(outcome="unsafe", resident_slowdown=1e6, resident_slowdown_low=None,
-                                            resident_slowdown_high=None))
-    files["imp_safe_no_slowdown"] = export(rec(resident_slowdown=None, resident_slowdown_low=None,
-                                               resident_slowdown_high=None))
-    files["imp_safe_wide_interval"] = export(rec(resident_slowdown=0.05, resident_slowdown_high=0.9))
+    files["imp_slowdown_huge"] = export(rec(outcome="unsafe", resident_slowdown_pct=1e6, resident_slowdown_low_pct=None,
+                                            resident_slowdown_high_pct=None))
+    files["imp_safe_no_slowdown"] = export(rec(resident_slowdown_pct=None, resident_slowdown_low_pct=None,
+                                               resident_slowdown_high_pct=None))
+    files["imp_safe_wide_interval"] = export(rec(resident_slowdown_pct=5.0, resident_slowdown_high_pct=90.0))
     files["imp_conf_2"] = export(rec(confidence=2.0))
     files["imp_bad_id"] = export(rec(id="../../etc/passwd"))
     files["imp_long_id"] = export(rec(id="x" * 500))

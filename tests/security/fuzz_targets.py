@@ -107,7 +107,7 @@ def check_loaders(text: str | bytes, folder: Path, kinds: tuple[str, ...] | None
 
 # --- evidence import -------------------------------------------------------------------------------
 
-HEADER = '{"format":"canary-evidence","version":1}'
+HEADER = '{"format":"canary-evidence","version":2}'
 
 
 @st.composite
