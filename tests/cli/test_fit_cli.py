@@ -155,7 +155,7 @@ def test_schema_head_constant_is_alembics_head() -> None:
     """``check_schema`` recognises a current store by ``SCHEMA_HEAD`` without importing Alembic."""
     from evidence_store.engine import SCHEMA_HEAD, head_revisions
 
-    assert head_revisions() == (SCHEMA_HEAD,)
+    assert head_revisions() == (SCHEMA_HEAD,), "a new migration: set evidence_store.engine.SCHEMA_HEAD to its revision"
 
 
 @pytest.mark.slow
