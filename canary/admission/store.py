@@ -64,10 +64,9 @@ class EvidenceAccess:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            from evidence_store.engine import check_schema, open_store
+            from evidence_store.engine import open_store
 
-            self._engine = open_store(self.url)
-            check_schema(self._engine)
+            self._engine = open_store(self.url)  # checks the schema revision
         return self._engine
 
     @contextmanager
