@@ -87,10 +87,12 @@ class Decision:
     expires_at: dt.datetime | None = None
 
 
-def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0) -> HardFit:
-    """Stage 1 for this request, with the memory other admissions booked (``None``: unknown)."""
+def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0,
+             reservations_source: str | None = None) -> HardFit:
+    """Stage 1 for this request, with the memory other admissions booked (``None``: unknown) and
+    where that number came from."""
     return check(req.snapshot, req.spec, req.candidate, req.policy, req.regime,
-                 reserved_bytes_by_others=reserved_bytes_by_others)
+                 reserved_bytes_by_others=reserved_bytes_by_others, reservations_source=reservations_source)
 
 
 def hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:

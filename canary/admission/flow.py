@@ -52,6 +52,10 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+NOT_CONSULTED = ("not counted: no evidence store consulted (--no-store), so memory other admissions booked "
+                 "on this device is not subtracted")
+
+
 def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
     """Stage 1 and an evidence lookup (one read-only transaction); never probes."""
     if access is not None:
@@ -61,8 +65,11 @@ def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certif
 
 
 def _fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
-    reserved = access.reserved_bytes(req.device_id, now) if access is not None else 0
-    hard = hard_fit(req, reserved_bytes_by_others=reserved)
+    if access is not None:
+        reserved, source = access.bookings(req.device_id, now)
+    else:  # the caller chose not to read the store (gpu-fit --no-store): say so next to the number
+        reserved, source = 0, NOT_CONSULTED
+    hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
     decision = hard_fit_decision(req, hard)
     if decision is None:
         if access is None:
@@ -78,7 +85,8 @@ def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime) -> li
     """The pair keys ``admit_async`` would probe for this request now; empty when stage 1 or the
     evidence decides without a probe (or a resident without a profile makes a probe pointless).
     The service uses it to coordinate probes (one per pair key) before deciding."""
-    hard = hard_fit(req, reserved_bytes_by_others=access.reserved_bytes(req.device_id, now))
+    reserved, source = access.bookings(req.device_id, now)
+    hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
     if hard_fit_decision(req, hard) is not None:
         return []
     evidence = [access.lookup(req, r, now) for r in req.snapshot.residents]
@@ -126,7 +134,8 @@ async def admit_async(
     access = EvidenceAccess.over(engine)
     started = clock()
     with access.reading():  # the bookings and the evidence: one read-only transaction
-        hard = hard_fit(req, reserved_bytes_by_others=access.reserved_bytes(req.device_id, started))
+        reserved, source = access.bookings(req.device_id, started)
+        hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
         decision = hard_fit_decision(req, hard)
         evidence = None if decision is not None else [access.lookup(req, r, started) for r in req.snapshot.residents]
     runs: list[ProbeRun] = []

@@ -100,6 +100,12 @@ class EvidenceAccess:
 
         return int(self._read(lambda session: reserved_bytes(session, device_id, now)))
 
+    def bookings(self, device_id: str, now: dt.datetime) -> tuple[int, str]:
+        """Memory other admissions booked on the device, and where that number comes from."""
+        if not self.present:
+            return 0, f"no evidence store yet ({self.url}): no admission could have booked memory"
+        return self.reserved_bytes(device_id, now), "evidence store: memory booked by other admissions on this device"
+
     def lookup(self, req: Request, resident: Resident, now: dt.datetime) -> PairEvidence:
         if resident.profile is None:
             return PairEvidence(resident.name, None, None,

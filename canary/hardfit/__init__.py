@@ -75,11 +75,13 @@ def check(
     regime: Regime,
     *,
     reserved_bytes_by_others: int | None = 0,
+    reservations_source: str | None = None,
 ) -> HardFit:
     """Run every stage-1 check; return all findings, the verdict and the limiting resource, with
     the demand, the memory bookings share and (MIG) the placement as numbers."""
     ctx = FitContext.prepare(snapshot, spec, candidate, policy, regime,
-                             reserved_bytes_by_others=reserved_bytes_by_others)
+                             reserved_bytes_by_others=reserved_bytes_by_others,
+                             reservations_source=reservations_source)
     findings: list[Finding] = []
     for _name, fn in CHECKS:
         findings.extend(fn(ctx))

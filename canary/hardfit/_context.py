@@ -55,13 +55,15 @@ class FitContext:
         regime: Regime,
         *,
         reserved_bytes_by_others: int | None = 0,
+        reservations_source: str | None = None,
     ) -> FitContext:
         """Compute the demand and the HBM balance once. ``reserved_bytes_by_others``: memory booked
         by other admissions (evidence-store reservations) not yet visible on the device; ``None``
         when the store could not say."""
         demand = Demand(candidate.memory.peak_bytes, policy.per_context_overhead_bytes)
         balance = hbm_balance(snapshot, spec, policy, acquire_deadline_ms=candidate.memory.acquire_deadline_ms,
-                              reserved_bytes_by_others=reserved_bytes_by_others)
+                              reserved_bytes_by_others=reserved_bytes_by_others,
+                              reservations_source=reservations_source)
         return cls(snapshot, spec, candidate, policy, regime, demand, balance)
 
 

@@ -116,11 +116,14 @@ def hbm_balance(
     *,
     acquire_deadline_ms: float | None,
     reserved_bytes_by_others: int | None,
+    reservations_source: str | None = None,
 ) -> HbmBalance:
     """Every term of the HBM balance with its sign and source; ``value=None`` = unknown.
 
     ``acquire_deadline_ms`` is the candidate's: residents that give memory back within it count
-    as reclaimable. ``reserved_bytes_by_others`` is ``None`` when the store could not say."""
+    as reclaimable. ``reserved_bytes_by_others`` is ``None`` when the store could not say;
+    ``reservations_source`` says where a known value came from (default: the caller gave it, no store
+    named), so a 0 that was not read from a store never claims to be."""
     terms: list[EquationTerm] = []
     nvml_v2 = "NVML nvmlDeviceGetMemoryInfo(nvmlMemory_v2)"
 
@@ -208,7 +211,7 @@ def hbm_balance(
 
     terms.append(
         EquationTerm(name="reservations", sign="-", value=reserved_bytes_by_others,
-                     source="evidence store: memory booked by other admissions on this device")
+                     source=reservations_source or "given by the caller (no evidence store named)")
         if reserved_bytes_by_others is not None
         else EquationTerm(name="reservations", sign="-", value=None,
                           source="unknown: the evidence store could not be read")

@@ -143,3 +143,18 @@ def test_a_mig_admission_books_the_new_instance_by_its_placement(tmp_path: Path)
     with sqlite3.connect(tmp_path / "evidence.sqlite3") as conn:
         rows = conn.execute("select device_id, mig_instance, memory_bytes from reservations").fetchall()
     assert rows == [("GPU-77c1d2e3-f405-4a6b-8c9d-0e1f2a3b4c5d/mig:3g.71gb@4", "3g.71gb@4", 42 * 2**30 + 512 * 2**20)]
+
+
+def test_the_bookings_term_says_where_its_number_came_from(tmp_path: Path) -> None:
+    """A 0 for other admissions' bookings names its source: the store read, no store yet, or not consulted."""
+    from canary.admission import EvidenceAccess, fit
+
+    def bookings_source(access: EvidenceAccess | None) -> str:
+        cert = fit(load_request(SNAP, EMB), access, utcnow())
+        hbm = next(f for f in cert.findings if f.resource == "hbm")
+        return next(t.source for t in hbm.terms if t.name == "reservations")
+
+    assert bookings_source(None).startswith("not counted: no evidence store consulted")
+    assert bookings_source(EvidenceAccess(_db(tmp_path))).startswith("no evidence store yet")
+    admit(load_request(SNAP, EMB), db_url=_db(tmp_path))  # creates the store and books memory
+    assert bookings_source(EvidenceAccess(_db(tmp_path))).startswith("evidence store: memory booked")
