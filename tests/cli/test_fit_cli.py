@@ -110,10 +110,10 @@ GPU_FIT_THIRD_PARTY = frozenset({"pydantic", "pydantic_core", "annotated_types",
                                  "typing_inspection", "yaml", "_yaml", "cython_runtime", "platformdirs"})
 # canary's own packages on that path (``canary.<name>`` and below).
 GPU_FIT_CANARY = frozenset({"cli", "commands", "errors", "_model", "admission", "backends", "catalog", "certificate",
-                            "hardfit", "occupancy", "policy", "probe", "profile", "render", "snapshot", "tables",
-                            "units"})
-# Of canary.probe only the risk-budget model (a policy field) may be loaded, never a runner.
-GPU_FIT_PROBE = frozenset({"canary.probe", "canary.probe.budget", "canary.probe.factory"})
+                            "hardfit", "occupancy", "policy", "probe", "profile", "regime", "render", "snapshot",
+                            "tables", "units"})
+# Of canary.probe only the request check of the factory may be loaded, never a runner.
+GPU_FIT_PROBE = frozenset({"canary.probe", "canary.probe.factory"})
 # Of the store package only the pure parts (the store's URL, the pair key), never the engine.
 GPU_FIT_STORE = frozenset({"evidence_store", "evidence_store.location", "evidence_store.keys"})
 
