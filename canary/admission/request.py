@@ -67,8 +67,10 @@ def build_request(
     *,
     extra_residents: tuple[WorkloadProfile, ...] = (),
     regime: Regime | str | None = None,
+    regime_field: str = "regime",
 ) -> Request:
-    """Add ``--resident`` profiles to the device and settle the regime (text is parsed here)."""
+    """Add ``--resident`` profiles to the device and settle the regime (text is parsed here; an
+    NVIDIA-only regime on an AMD device is an ``InputError`` naming ``regime_field``)."""
     snap = device.snapshot
     if extra_residents:
         names = {r.name for r in snap.residents}
@@ -82,6 +84,8 @@ def build_request(
         device = ResolvedDevice(snapshot=snap, spec=device.spec, ref=device.ref, kind=device.kind)
     if regime is not None:
         chosen, why = (parse_regime(regime) if isinstance(regime, str) else regime), "given with --regime"
+        if device.spec.vendor == "amd" and chosen.kind in ("mig", "mps", "green"):
+            raise InputError(f"regime {chosen} is NVIDIA-only; {device.spec.name} is an AMD device", field=regime_field)
     else:
         chosen, why = choose_regime(snap, device.spec, candidate, policy)
     return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why)
@@ -129,9 +133,7 @@ def load_request(
     residents = tuple(load_profile(p) for p in resident_paths)
     device = resolve_device(device_ref)
     chosen = parse_regime(regime) if regime is not None else None
-    if device.spec.vendor == "amd" and chosen is not None and chosen.kind in ("mig", "mps", "green"):
-        raise InputError(f"regime {chosen} is NVIDIA-only; {device.spec.name} is an AMD device", field="--regime")
-    return build_request(device, candidate, policy, extra_residents=residents, regime=chosen)
+    return build_request(device, candidate, policy, extra_residents=residents, regime=chosen, regime_field="--regime")
 
 
 def pair_key(req: Request, resident: Resident) -> PairKey | None:

@@ -158,3 +158,21 @@ def test_the_bookings_term_says_where_its_number_came_from(tmp_path: Path) -> No
     assert bookings_source(EvidenceAccess(_db(tmp_path))).startswith("no evidence store yet")
     admit(load_request(SNAP, EMB), db_url=_db(tmp_path))  # creates the store and books memory
     assert bookings_source(EvidenceAccess(_db(tmp_path))).startswith("evidence store: memory booked")
+
+
+@pytest.mark.parametrize("regime", ["mps:50", "MPS:50", "Mig:1g.10gb", "green:8"])
+def test_an_nvidia_only_regime_on_an_amd_device_is_an_input_error(regime: str) -> None:
+    """One check for the CLI and the service (both build the request through ``build_request``)."""
+    from canary.admission import build_request
+    from canary.backends import resolve_device
+    from canary.errors import InputError
+    from canary.policy import load_policy
+    from canary.profile import load_profile
+
+    snap = str(EXAMPLES / "snapshots" / "j-mi300x-spx.yaml")
+    with pytest.raises(InputError, match="NVIDIA-only") as cli:
+        load_request(snap, EMB, regime=regime)
+    assert cli.value.field == "--regime"
+    with pytest.raises(InputError, match="NVIDIA-only") as api:
+        build_request(resolve_device(snap), load_profile(EMB), load_policy(), regime=regime)
+    assert api.value.field == "regime"
