@@ -64,6 +64,7 @@ from canary.probe.judge import (  # noqa: E402
     pair_schedule,
     sequential_paths,
 )
+from canary.quantiles import quantile  # noqa: E402
 
 BOUND_PCT = 15.0
 CONFIDENCE = 0.95
@@ -359,7 +360,7 @@ def kayenta_mw(w: Windows, settings: JudgeSettings) -> Outcome:
             continue  # Kayenta: no data → NODATA, which its scorer does not fail
         diffs = np.sort((on[:, None] - off[None, :]).ravel())
         m, n = on.size, off.size
-        hl = float(np.median(diffs))
+        hl = float(np.median(diffs))  # Hodges-Lehmann: the conventional median of pairwise differences, as Kayenta
         kk = max(math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12)), 0)
         lower = diffs[min(kk, diffs.size - 1)]
         effect = on.mean() / off.mean()
@@ -379,6 +380,12 @@ METHODS: dict[str, Callable[[Windows, JudgeSettings], Outcome]] = {
 
 # ---------------------------------------------------------------------------------------------
 # running and reporting
+
+
+def _median(values: np.ndarray) -> float | None:
+    """The nearest-rank median (:func:`canary.quantiles.quantile`); ``None`` without values."""
+    m = quantile(values.tolist(), 0.5)
+    return None if m is None else float(m)
 
 
 @dataclass
@@ -413,8 +420,9 @@ def summarise(fam: Family, out: Outcome, w: Windows, bound_pct: float) -> Method
         false_reject=fr,
         inconclusive=float(np.mean(~decided)),
         decided=int(decided.sum()),
-        median_exposure_decided=float(np.median(exposure[decided])) if decided.any() else None,
-        median_pairs_decided=float(np.median(out.pairs_used[decided])) if decided.any() else None,
+        # canary's one quantile definition (nearest rank): a median that was observed.
+        median_exposure_decided=_median(exposure[decided]),
+        median_pairs_decided=_median(out.pairs_used[decided]),
         rules=rules,
     )
 

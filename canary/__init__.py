@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "OperationalError": "canary.errors",
     "Policy": "canary.policy",
     "Resident": "canary.snapshot",
-    "RiskBudget": "canary.probe.budget",
+    "RiskBudget": "canary.policy",
     "WorkloadProfile": "canary.profile",
     "admit": "canary.admission",
     "fit": "canary.admission",
@@ -66,8 +66,7 @@ if TYPE_CHECKING:
     from canary.certificate import Certificate, Finding, HardFit
     from canary.errors import CanaryError, InputError, OperationalError
     from canary.occupancy import cuda_occupancy as occupancy
-    from canary.policy import Policy, load_policy
-    from canary.probe.budget import RiskBudget
+    from canary.policy import Policy, RiskBudget, load_policy
     from canary.profile import KernelSpec, MemoryEnvelope, WorkloadProfile, load_profile
     from canary.snapshot import DeviceSnapshot, Resident, load_snapshot
 

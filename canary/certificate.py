@@ -10,12 +10,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from canary._model import Model
 
 Verdict = Literal["admit", "reject", "unknown"]
 FitVerdict = Literal["yes", "no", "unknown"]
+Shortfall = Literal["now", "never"]
 DecidedBy = Literal["hard-fit", "cache", "canary", "policy"]
 Quantity = int | float | str
 
@@ -33,8 +34,27 @@ class EquationTerm(Model):
     source: str
 
 
+class GpuInstancePlacement(Model):
+    """Where a new MIG GPU instance of ``profile`` would sit: memory slices ``[start, start + size)``
+    (a placement of ``nvidia-smi mig -lgipp``)."""
+
+    profile: str
+    start: int = Field(ge=0)
+    size: int = Field(ge=1)
+
+    @property
+    def instance(self) -> str:
+        """The instance's name, ``PROFILE@START`` (:func:`canary.regime.parse_mig_instance`)."""
+        return f"{self.profile}@{self.start}"
+
+
 class Finding(Model):
-    """One resource's stage-1 result. ``demand``/``available`` are ``None`` when unknown."""
+    """One resource's stage-1 result. ``demand``/``available`` are ``None`` when unknown.
+
+    A *no* says how long it lasts in ``shortfall``: ``now`` — not with what the device holds now
+    (it may fit once residents, bookings or settings change); ``never`` — not on this device in
+    this regime whatever leaves (the demand exceeds what the empty device or the partition could
+    ever give, or something no state change alters). ``None`` for *yes* and *unknown*."""
 
     resource: str
     demand: Quantity | None
@@ -47,6 +67,20 @@ class Finding(Model):
     terms: tuple[EquationTerm, ...] = Field(
         default=(), description="the balance behind demand and available, term by term (HBM)"
     )
+    shortfall: Shortfall | None = Field(
+        default=None,
+        description="for a 'no': 'now' (not with what the device holds now) or 'never' (not on this device "
+        "in this regime whatever leaves)",
+    )
+    placement: GpuInstancePlacement | None = Field(
+        default=None, description="mig_placement: the free placement a new instance would take"
+    )
+
+    @model_validator(mode="after")
+    def _shortfall_only_for_no(self) -> Finding:
+        if self.shortfall is not None and self.verdict != "no":
+            raise ValueError(f"shortfall {self.shortfall!r} on a finding whose verdict is {self.verdict!r}")
+        return self
 
 
 class HardFit(Model):
@@ -56,6 +90,17 @@ class HardFit(Model):
     limiting_resource: str | None
     caveats: tuple[str, ...] = ()
     shared_contention_dimensions: tuple[str, ...] = ()
+    memory_demand_bytes: int | None = Field(
+        default=None, description="the candidate's memory demand: declared peak + per-context cost (policy)"
+    )
+    bookable_memory_bytes: int | None = Field(
+        default=None,
+        description="memory that bookings on this device (or on the new MIG instance) share: the HBM balance "
+        "before other admissions' bookings are subtracted; None when a term is unknown",
+    )
+    mig_placement: GpuInstancePlacement | None = Field(
+        default=None, description="under a MIG regime, the free placement the new instance would take"
+    )
 
     @property
     def limiting_finding(self) -> Finding | None:

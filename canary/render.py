@@ -10,6 +10,7 @@ from canary.tables import table
 from canary.units import format_bytes
 
 _MARK = {"yes": "ok", "no": "NO", "unknown": "??"}
+_SHORTFALL = {"now": "not with what the device holds now", "never": "never on this device in this regime"}
 _VERDICT_WORD = {"admit": "ADMIT", "reject": "REJECT", "unknown": "UNKNOWN"}
 
 
@@ -33,6 +34,12 @@ def short_source(source: str) -> str:
     return _PARENS.sub("", source)
 
 
+def fit_mark(f: Finding) -> str:
+    """``ok``, ``??``, or for a *no* ``NO (now)`` / ``NO (never)`` (``NO`` where it was not recorded)."""
+    mark = _MARK[f.verdict]
+    return f"{mark} ({f.shortfall})" if f.verdict == "no" and f.shortfall is not None else mark
+
+
 def findings_table(findings: Sequence[Finding], limiting: str | None) -> str:
     rows = []
     marked = False
@@ -44,7 +51,7 @@ def findings_table(findings: Sequence[Finding], limiting: str | None) -> str:
             ("> " if is_limiting else "  ") + name,
             quantity(f.demand, f.unit),
             quantity(f.available, f.unit),
-            _MARK[f.verdict],
+            fit_mark(f),
             short_source(f.source),
         ])
     return table(["  resource", "demand", "available", "fit", "source"], rows)
@@ -60,7 +67,9 @@ def certificate_text(cert: Certificate, *, verbose: bool = False) -> str:
             f"{r.name}" + (f" ({r.workload_version})" if r.workload_version else " (no profile)") for r in cert.residents))
     lines += ["", findings_table(cert.findings, cert.limiting_resource), ""]
     if cert.limiting_resource:
-        lines.append(f"limiting resource: {cert.limiting_resource}")
+        limiting = next((f for f in cert.findings if f.resource == cert.limiting_resource and f.verdict == "no"), None)
+        why = f" ({_SHORTFALL[limiting.shortfall]})" if limiting is not None and limiting.shortfall else ""
+        lines.append(f"limiting resource: {cert.limiting_resource}{why}")
     lines.append(f"why: {cert.reason}")
     if cert.probe is not None:
         p = cert.probe

@@ -81,7 +81,8 @@ EDGES = tuple(_edges())
 # Rooms, by module name prefix. A module belongs to the first room whose prefix matches.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("models", ("canary.errors", "canary.units", "canary._model", "canary.profile", "canary.snapshot",
-                "canary.policy", "canary.certificate", "canary.catalog", "canary.quantiles", "canary.tables")),
+                "canary.policy", "canary.certificate", "canary.catalog", "canary.quantiles", "canary.tables",
+                "canary.regime")),
     ("occupancy", ("canary.occupancy",)),
     ("hardfit", ("canary.hardfit",)),
     # The sim executor and monitor are the simulator's adapters into stage 2, as the process executor
@@ -119,11 +120,7 @@ ABOVE_MODELS = ("occupancy", "hardfit", "sim-adapters", "probe", "sim", "backend
                 "jobs", "store", "service", "top", "face")
 RULES = [
     pytest.param(
-        Rule(("models",), ABOVE_MODELS, known={
-            # RiskBudget is defined in canary/probe/budget.py; it belongs in policy.py (issue 12, item 5,
-            # deferred until the probe and admission changes of this wave are merged).
-            ("canary.policy", "canary.probe.budget"): "RiskBudget lives in probe",
-        }),
+        Rule(("models",), ABOVE_MODELS),
         id="models-import-only-models",
     ),
     pytest.param(
@@ -190,10 +187,6 @@ def test_known_exceptions_still_exist(rule: Rule) -> None:
 
 # Module-level import cycles that exist today (all through lazy or type-only imports):
 KNOWN_CYCLES = [
-    # _context -> regime -> partitions -> _context, and _context -> memory -> _context (HbmBalance):
-    # one Regime type with the MIG placement search out of partitions, and the demand computed once
-    # in the fit context (issue 12, items 1 and 3, deferred) dissolve it.
-    {"canary.hardfit._context", "canary.hardfit.regime", "canary.hardfit.partitions", "canary.hardfit.memory"},
     # gavel_profiles needs pair_model's MIN_GPU_FRACTION, pair_model needs gavel_jobs: the constant
     # belongs in one of them only (simulator, after this wave's merge).
     {"canary.sim.gavel_profiles", "canary.sim.pair_model"},

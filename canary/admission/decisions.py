@@ -9,7 +9,7 @@ checks them from tables of cases.
   runs, an isolated MIG instance), or ``None`` when interference must be judged;
 - ``cache_decision``: what pooled evidence says, or what is missing;
 - ``probe_decision``: what the probes (and the evidence they complete) say;
-- ``reservation_capacity``: where the memory is booked and against which capacity;
+- ``reservation_plan``: where the memory is booked, how much, and against which capacity;
 - ``make_certificate``: the certificate of a decision.
 """
 
@@ -87,10 +87,12 @@ class Decision:
     expires_at: dt.datetime | None = None
 
 
-def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0) -> HardFit:
-    """Stage 1 for this request, with the memory other admissions booked (``None``: unknown)."""
+def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0,
+             reservations_source: str | None = None) -> HardFit:
+    """Stage 1 for this request, with the memory other admissions booked (``None``: unknown) and
+    where that number came from."""
     return check(req.snapshot, req.spec, req.candidate, req.policy, req.regime,
-                 reserved_bytes_by_others=reserved_bytes_by_others)
+                 reserved_bytes_by_others=reserved_bytes_by_others, reservations_source=reservations_source)
 
 
 def hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:
@@ -189,15 +191,32 @@ def _pct(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.1f}%"
 
 
-def reservation_capacity(req: Request, hard: HardFit, reserved_by_others: int) -> tuple[str, int, str | None]:
-    """(device id to book against, capacity for all bookings, MIG instance) from stage 1's HBM finding."""
-    hbm = next(f for f in hard.findings if f.resource == "hbm")
-    assert isinstance(hbm.available, int)
+@dataclass(frozen=True)
+class ReservationPlan:
+    """Where an admitted candidate's memory is booked: ``memory_bytes`` against ``device_id``, whose
+    bookings together may hold at most ``capacity_bytes``; under MIG the new instance
+    (``PROFILE@START``) is its own device."""
+
+    device_id: str
+    memory_bytes: int
+    capacity_bytes: int
+    mig_instance: str | None = None
+
+
+def reservation_plan(req: Request, hard: HardFit) -> ReservationPlan:
+    """The booking for an admitted candidate, from stage 1's numbers: the demand computed once in
+    the fit, the memory bookings there share, and under MIG the placement of the new instance.
+
+    Raises ``ValueError`` when stage 1 left one of them unknown (it then cannot have said *yes*)."""
+    demand, capacity = hard.memory_demand_bytes, hard.bookable_memory_bytes
+    if demand is None or capacity is None:
+        raise ValueError("stage 1 left the demand or the bookable memory unknown: nothing can be booked")
     if req.regime.kind == "mig":
-        placement = next((f.available for f in hard.findings if f.resource == "mig_placement"), None)
-        instance = f"{req.regime.mig_profile}@{str(placement).removeprefix('start ')}"
-        return f"{req.device_id}/mig:{instance}", hbm.available, instance
-    return req.device_id, hbm.available + reserved_by_others, None
+        if hard.mig_placement is None:
+            raise ValueError("stage 1 found no free MIG placement: nothing can be booked")
+        instance = hard.mig_placement.instance
+        return ReservationPlan(f"{req.device_id}/mig:{instance}", demand, capacity, instance)
+    return ReservationPlan(req.device_id, demand, capacity)
 
 
 def make_certificate(req: Request, hard: HardFit, decision: Decision, now: dt.datetime) -> Certificate:

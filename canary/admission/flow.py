@@ -23,7 +23,7 @@ from canary.admission.decisions import (
     make_certificate,
     pairs_needing_probe,
     probe_decision,
-    reservation_capacity,
+    reservation_plan,
 )
 from canary.admission.request import Request
 from canary.admission.store import EvidenceAccess, feedback_evidence, open_store_for_writing, probe_evidence
@@ -35,7 +35,7 @@ from canary.snapshot import Resident
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from canary.probe.budget import RiskBudget
+    from canary.policy import RiskBudget
     from canary.probe.interfaces import Journal, Monitor
     from canary.probe.orchestrator import ProbeProgress
     from evidence_store.keys import PairKey
@@ -52,10 +52,24 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+NOT_CONSULTED = ("not counted: no evidence store consulted (--no-store), so memory other admissions booked "
+                 "on this device is not subtracted")
+
+
 def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
-    """Stage 1 and an evidence lookup; never probes."""
-    reserved = access.reserved_bytes(req.device_id, now) if access is not None else 0
-    hard = hard_fit(req, reserved_bytes_by_others=reserved)
+    """Stage 1 and an evidence lookup (one read-only transaction); never probes."""
+    if access is not None:
+        with access.reading():
+            return _fit(req, access, now)
+    return _fit(req, None, now)
+
+
+def _fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
+    if access is not None:
+        reserved, source = access.bookings(req.device_id, now)
+    else:  # the caller chose not to read the store (gpu-fit --no-store): say so next to the number
+        reserved, source = 0, NOT_CONSULTED
+    hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
     decision = hard_fit_decision(req, hard)
     if decision is None:
         if access is None:
@@ -73,7 +87,8 @@ def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime, *,
     evidence decides without a probe (or a resident without a profile makes a probe pointless).
     The service uses it to coordinate probes (one per pair key) before deciding.
     ``evidence_as_of``: only evidence still fresh then counts (``EvidenceAccess.lookup``'s ``as_of``)."""
-    hard = hard_fit(req, reserved_bytes_by_others=access.reserved_bytes(req.device_id, now))
+    reserved, source = access.bookings(req.device_id, now)
+    hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
     if hard_fit_decision(req, hard) is not None:
         return []
     evidence = [access.lookup(req, r, now, as_of=evidence_as_of) for r in req.snapshot.residents]
@@ -123,12 +138,15 @@ async def admit_async(
         engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess.over(engine)
     started = clock()
-    reserved_by_others = access.reserved_bytes(req.device_id, started)
-    hard = hard_fit(req, reserved_bytes_by_others=reserved_by_others)
-    decision = hard_fit_decision(req, hard)
+    with access.reading():  # the bookings and the evidence: one read-only transaction
+        reserved, source = access.bookings(req.device_id, started)
+        hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
+        decision = hard_fit_decision(req, hard)
+        evidence = None if decision is not None else [access.lookup(req, r, started, as_of=evidence_as_of)
+                                                      for r in req.snapshot.residents]
     runs: list[ProbeRun] = []
     if decision is None:
-        evidence = [access.lookup(req, r, started, as_of=evidence_as_of) for r in req.snapshot.residents]
+        assert evidence is not None
         decision = cache_decision(req, evidence)
         missing = [(r, e) for r, e in zip(req.snapshot.residents, evidence, strict=True)
                    if e.outcome is None and e.key is not None]
@@ -147,6 +165,8 @@ async def admit_async(
             cached = [e for e in evidence if e.outcome is not None]
             decision = probe_decision(req, runs, cached)
     finished = clock()
+    if not runs and not reserve:  # nothing to record, book or store: no write transaction at all
+        return make_certificate(req, hard, decision, finished)
     with session_scope(engine) as session:
         recorded_ids: list[str] = []
         for run in runs:
@@ -158,15 +178,14 @@ async def admit_async(
                 ids=tuple(recorded_ids), timestamp=finished, confidence=decision.confidence,
                 sources=("canary",), reason="recorded by this admission's probe(s)"))
         if decision.verdict == "admit" and reserve:
-            device_id, capacity, instance = reservation_capacity(req, hard, reserved_by_others)
-            demand = req.candidate.memory.peak_bytes + req.policy.per_context_overhead_bytes
+            plan = reservation_plan(req, hard)
             try:
                 booking = book(
-                    session, device_id=device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
-                    memory_bytes=demand, mig_instance=instance, capacity_memory_bytes=capacity,
-                    lease_s=req.policy.reservation_lease_s, now=finished)
+                    session, device_id=plan.device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
+                    memory_bytes=plan.memory_bytes, mig_instance=plan.mig_instance,
+                    capacity_memory_bytes=plan.capacity_bytes, lease_s=req.policy.reservation_lease_s, now=finished)
                 decision.reservations = (ReservationRef(id=booking.id, memory_bytes=booking.memory_bytes,
-                                                        mig_instance=instance,
+                                                        mig_instance=plan.mig_instance,
                                                         lease_expires_at=booking.expires_at),)
             except ReservationConflict as exc:
                 decision = Decision("reject", f"another admission booked the memory first: {exc}", "hard-fit",
@@ -210,7 +229,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
                              field="canary")
         from canary.probe.simlink import simulated_device
 
-        sim_device, handle = simulated_device(req.snapshot, req.spec, seed=seed, regime=str(req.regime),
+        sim_device, handle = simulated_device(req.snapshot, req.spec, seed=seed, regime=req.regime,
                                               params=req.sim_params, resident=resident.name)
     executor = make_executor(req.candidate, policy=req.policy, sim_device=sim_device)
     monitor = make_monitor(resident.profile, policy=req.policy, sim_device=sim_device, sim_resident_handle=handle)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from canary.errors import InputError
 from canary.hardfit import choose_regime, parse_regime
-from canary.hardfit.regime import Regime
 from canary.policy import Policy
 from canary.profile import WorkloadProfile
+from canary.regime import Regime
 from canary.snapshot import DeviceSnapshot, Resident
 
 if TYPE_CHECKING:
@@ -67,9 +67,11 @@ def build_request(
     policy: Policy,
     *,
     extra_residents: tuple[WorkloadProfile, ...] = (),
-    regime: str | None = None,
+    regime: Regime | str | None = None,
+    regime_field: str = "regime",
 ) -> Request:
-    """Add ``--resident`` profiles to the device and settle the regime."""
+    """Add ``--resident`` profiles to the device and settle the regime (text is parsed here; an
+    NVIDIA-only regime on an AMD device is an ``InputError`` naming ``regime_field``)."""
     snap = device.snapshot
     if extra_residents:
         names = {r.name for r in snap.residents}
@@ -82,7 +84,9 @@ def build_request(
 
         device = ResolvedDevice(snapshot=snap, spec=device.spec, ref=device.ref, kind=device.kind)
     if regime is not None:
-        chosen, why = parse_regime(regime), "given with --regime"
+        chosen, why = (parse_regime(regime) if isinstance(regime, str) else regime), "given with --regime"
+        if device.spec.vendor == "amd" and chosen.kind in ("mig", "mps", "green"):
+            raise InputError(f"regime {chosen} is NVIDIA-only; {device.spec.name} is an AMD device", field=regime_field)
     else:
         chosen, why = choose_regime(snap, device.spec, candidate, policy)
     return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why)
@@ -148,9 +152,8 @@ def load_request(
     candidate = load_profile(candidate_path)
     residents = tuple(load_profile(p) for p in resident_paths)
     device = resolve_device(device_ref)
-    if device.spec.vendor == "amd" and regime is not None and regime.startswith(("mig", "mps", "green")):
-        raise InputError(f"regime {regime} is NVIDIA-only; {device.spec.name} is an AMD device", field="--regime")
-    return build_request(device, candidate, policy, extra_residents=residents, regime=regime)
+    chosen = parse_regime(regime) if regime is not None else None
+    return build_request(device, candidate, policy, extra_residents=residents, regime=chosen, regime_field="--regime")
 
 
 def pair_key(req: Request, resident: Resident) -> PairKey | None:

@@ -10,9 +10,10 @@ imported only when a store is really opened.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from canary.admission.decisions import PairEvidence, ProbeRun
 from canary.admission.request import Request, pair_key
@@ -20,8 +21,11 @@ from canary.snapshot import Resident
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
     from evidence_store.schemas import EvidenceIn
+
+T = TypeVar("T")
 
 
 def store_url(explicit: str | None) -> str:
@@ -50,6 +54,7 @@ class EvidenceAccess:
         self.url = store_url(url) if engine is None else engine.url.render_as_string(hide_password=True)
         self.present = engine is not None or store_exists(self.url)
         self._engine = engine
+        self._session: Session | None = None
 
     @classmethod
     def over(cls, engine: Engine) -> EvidenceAccess:
@@ -59,20 +64,47 @@ class EvidenceAccess:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            from evidence_store.engine import check_schema, open_store
+            from evidence_store.engine import open_store
 
-            self._engine = open_store(self.url)
-            check_schema(self._engine)
+            self._engine = open_store(self.url)  # checks the schema revision
         return self._engine
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Within the block, every read of this access shares one read-only transaction (one
+        connection, one BEGIN and COMMIT) instead of one transaction per read."""
+        if not self.present or self._session is not None:
+            yield
+            return
+        from evidence_store.engine import session_scope
+
+        with session_scope(self.engine, read_only=True) as session:
+            self._session = session
+            try:
+                yield
+            finally:
+                self._session = None
+
+    def _read(self, fn: Callable[[Session], T]) -> T:
+        if self._session is not None:
+            return fn(self._session)
+        from evidence_store.engine import session_scope
+
+        with session_scope(self.engine, read_only=True) as session:
+            return fn(session)
 
     def reserved_bytes(self, device_id: str, now: dt.datetime) -> int:
         if not self.present:
             return 0
-        from evidence_store.engine import session_scope
         from evidence_store.reservations import reserved_bytes
 
-        with session_scope(self.engine, read_only=True) as session:
-            return int(reserved_bytes(session, device_id, now))
+        return int(self._read(lambda session: reserved_bytes(session, device_id, now)))
+
+    def bookings(self, device_id: str, now: dt.datetime) -> tuple[int, str]:
+        """Memory other admissions booked on the device, and where that number comes from."""
+        if not self.present:
+            return 0, f"no evidence store yet ({self.url}): no admission could have booked memory"
+        return self.reserved_bytes(device_id, now), "evidence store: memory booked by other admissions on this device"
 
     def lookup(self, req: Request, resident: Resident, now: dt.datetime, *,
                as_of: dt.datetime | None = None) -> PairEvidence:
@@ -86,20 +118,18 @@ class EvidenceAccess:
         assert key is not None
         if not self.present:
             return PairEvidence(resident.name, key, None, reason=f"no evidence store yet ({self.url}): no evidence for this pair")
-        from evidence_store.engine import session_scope
         from evidence_store.lookup import lookup
 
         policy = req.policy
-        with session_scope(self.engine, read_only=True) as session:
-            res = lookup(
-                session,
-                key,
-                driver_version=req.snapshot.driver_version,
-                now=at,
-                ttl_s=policy.evidence_ttl_s,
-                allow_cross_driver=policy.allow_cross_driver_evidence,
-                cross_driver_confidence_factor=policy.cross_driver_confidence_factor,
-            )
+        res = self._read(lambda session: lookup(
+            session,
+            key,
+            driver_version=req.snapshot.driver_version,
+            now=at,
+            ttl_s=policy.evidence_ttl_s,
+            allow_cross_driver=policy.allow_cross_driver_evidence,
+            cross_driver_confidence_factor=policy.cross_driver_confidence_factor,
+        ))
         interval = None
         if res.slowdown_interval_pct is not None:
             interval = res.slowdown_interval_pct

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from canary.quantiles import quantile
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -68,14 +70,6 @@ class Outcome:
         return self.resource_scored and self.limiting_resource == self.truth_resource
 
 
-def _quantile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def summarize(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     """Counts and rates over ``outcomes``; rates are ``None`` over an empty set."""
     rows = list(outcomes)
@@ -102,8 +96,8 @@ def summarize(outcomes: Iterable[Outcome]) -> dict[str, Any]:
         "p99_violations": sum(o.p99_violation for o in rows),
         "time_to_admission_s": {
             "mean": sum(tta) / len(tta) if tta else None,
-            "p50": _quantile(tta, 0.5),
-            "p95": _quantile(tta, 0.95),
+            "p50": quantile(tta, 0.5),
+            "p95": quantile(tta, 0.95),
             "max": max(tta) if tta else None,
         },
         "exposure_total": sum(o.exposure for o in rows),

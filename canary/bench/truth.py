@@ -195,8 +195,9 @@ def _mig_slowdown(sc: Scenario, seed: int) -> tuple[float | None, float | None]:
     instance profile it holds (``true_pair_slowdown`` would put both in the regime's profile)."""
     import numpy as np
 
+    from canary.quantiles import quantile
     from canary.sim import SimDevice
-    from canary.sim.truth import percentile_ms, slowdown_pct
+    from canary.sim.truth import slowdown_pct
 
     first = sc.snapshot.residents[0]
     assert first.profile is not None
@@ -211,7 +212,7 @@ def _mig_slowdown(sc: Scenario, seed: int) -> tuple[float | None, float | None]:
         w = dev.run_window(TRUTH_DURATION_S)
         if serving:
             lat = w.latencies_ms[h]
-            return (float(np.mean(lat)) if lat else None), percentile_ms(lat, 99)
+            return (float(np.mean(lat)) if lat else None), quantile(lat, 0.99)
         return w.throughput[h], None
 
     (a_mean, a_p99), (s_mean, s_p99) = run(False), run(True)

@@ -8,7 +8,6 @@ per process; a broken file fails loudly naming the device and the field.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import os
@@ -254,6 +253,8 @@ def lookup(query: str | int) -> DeviceSpec:
             return found
     names = sorted({spec.name for spec in index.values()})
     candidates = [k for k in index if not k.startswith("pci:")]
+    import difflib  # only for the suggestion in this error; not loaded by a lookup that succeeds
+
     close = difflib.get_close_matches(_strip_vendor(key), candidates, n=5, cutoff=0.5)
     suggestions: list[str] = []
     for match in close:

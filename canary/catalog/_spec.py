@@ -7,7 +7,6 @@ citation, read with ``spec.source(field_name)``.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -199,6 +198,8 @@ class DeviceSpec:
                 return profile
         if not self.mig_profiles:
             raise UnknownMigProfile(f"device {self.name} has no MIG profiles", field="mig_profile")
+        import difflib  # only for the suggestion in this error
+
         valid = ", ".join(p.name for p in self.mig_profiles)
         close = difflib.get_close_matches(wanted, [p.name for p in self.mig_profiles], n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""

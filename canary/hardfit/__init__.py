@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from canary.certificate import Finding, FitVerdict, HardFit
-from canary.hardfit._context import Check, FitContext
+from canary.hardfit._context import Check, Demand, FitContext
+from canary.hardfit.choice import choose_regime
 from canary.hardfit.compute import check_launch, check_sm_coresidency
-from canary.hardfit.memory import check_hbm, check_unlisted_context
+from canary.hardfit.memory import bookable_bytes, check_hbm, check_unlisted_context
 from canary.hardfit.modes import check_compute_mode, check_sharing_mode
 from canary.hardfit.partitions import GREEN_CAVEAT, check_amd_partition, check_green, check_mig, check_mps
-from canary.hardfit.regime import Regime, choose_regime, parse_regime
+from canary.regime import Regime, parse_regime
 
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from canary.profile import WorkloadProfile
     from canary.snapshot import DeviceSnapshot
 
-__all__ = ["CHECKS", "RESOURCE_ORDER", "FitContext", "Regime", "check", "choose_regime", "parse_regime"]
+__all__ = ["CHECKS", "RESOURCE_ORDER", "Demand", "FitContext", "Regime", "check", "choose_regime", "parse_regime"]
 
 # Registered in one place, in the order that decides the limiting resource.
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -74,9 +75,13 @@ def check(
     regime: Regime,
     *,
     reserved_bytes_by_others: int | None = 0,
+    reservations_source: str | None = None,
 ) -> HardFit:
-    """Run every stage-1 check; return all findings, the verdict and the limiting resource."""
-    ctx = FitContext(snapshot, spec, candidate, policy, regime, reserved_bytes_by_others)
+    """Run every stage-1 check; return all findings, the verdict and the limiting resource, with
+    the demand, the memory bookings share and (MIG) the placement as numbers."""
+    ctx = FitContext.prepare(snapshot, spec, candidate, policy, regime,
+                             reserved_bytes_by_others=reserved_bytes_by_others,
+                             reservations_source=reservations_source)
     findings: list[Finding] = []
     for _name, fn in CHECKS:
         findings.extend(fn(ctx))
@@ -95,6 +100,7 @@ def check(
     if regime.kind == "timeslice":
         caveats.append("under time-slicing the candidate's kernels wait for the residents' time slices; "
                        "the delay follows the residents' duty cycle and is judged in stage 2")
+    placement = next((f.placement for f in findings if f.placement is not None), None)
     return HardFit(
         regime=str(regime),
         verdict=verdict,
@@ -102,4 +108,7 @@ def check(
         limiting_resource=limiting,
         caveats=tuple(caveats),
         shared_contention_dimensions=SHARED_CONTENTION[regime.kind],
+        memory_demand_bytes=ctx.demand.memory_bytes,
+        bookable_memory_bytes=bookable_bytes(ctx),
+        mig_placement=placement,
     )

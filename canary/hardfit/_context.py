@@ -1,21 +1,35 @@
-"""What every stage-1 check receives: one frozen view of device, candidate, policy and regime."""
+"""What every stage-1 check receives: one frozen view of device, candidate, policy and regime, with
+what is computed once before any check runs (as kube-scheduler's PreFilter writes its cycle state):
+the candidate's demand and the HBM balance."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING
 
-from canary.certificate import Finding, FitVerdict, Quantity
-from canary.hardfit.regime import Regime
+from canary.certificate import Finding, FitVerdict, GpuInstancePlacement, Quantity, Shortfall
+from canary.hardfit.balance import HbmBalance, hbm_balance
+from canary.regime import Regime
 
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
-    from canary.hardfit.memory import HbmBalance
     from canary.policy import Policy
     from canary.profile import WorkloadProfile
     from canary.snapshot import DeviceSnapshot
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the candidate asks of the device's memory: its declared peak plus the memory one more
+    CUDA context costs (policy ``per_context_overhead_bytes``)."""
+
+    peak_bytes: int
+    context_bytes: int
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.peak_bytes + self.context_bytes
 
 
 @dataclass(frozen=True)
@@ -25,18 +39,32 @@ class FitContext:
     candidate: WorkloadProfile
     policy: Policy
     regime: Regime
-    reserved_bytes_by_others: int | None = 0
-    """Memory booked by other admissions (evidence-store reservations) not yet visible on the
-    device; ``None`` when the store could not say."""
+    demand: Demand
+    hbm: HbmBalance
+    """The HBM equation's terms, computed once and read by every check that needs them."""
     caveats: list[str] = field(default_factory=list)
     """Checks append what the certificate must say without it deciding the fit."""
 
-    @cached_property
-    def hbm(self) -> HbmBalance:
-        """The HBM equation's terms, computed once and read by every check that needs them."""
-        from canary.hardfit.memory import hbm_balance
-
-        return hbm_balance(self)
+    @classmethod
+    def prepare(
+        cls,
+        snapshot: DeviceSnapshot,
+        spec: DeviceSpec,
+        candidate: WorkloadProfile,
+        policy: Policy,
+        regime: Regime,
+        *,
+        reserved_bytes_by_others: int | None = 0,
+        reservations_source: str | None = None,
+    ) -> FitContext:
+        """Compute the demand and the HBM balance once. ``reserved_bytes_by_others``: memory booked
+        by other admissions (evidence-store reservations) not yet visible on the device; ``None``
+        when the store could not say."""
+        demand = Demand(candidate.memory.peak_bytes, policy.per_context_overhead_bytes)
+        balance = hbm_balance(snapshot, spec, policy, acquire_deadline_ms=candidate.memory.acquire_deadline_ms,
+                              reserved_bytes_by_others=reserved_bytes_by_others,
+                              reservations_source=reservations_source)
+        return cls(snapshot, spec, candidate, policy, regime, demand, balance)
 
 
 Check = Callable[[FitContext], list[Finding]]
@@ -51,7 +79,14 @@ def finding(
     source: str,
     detail: str = "",
     subject: str | None = None,
+    *,
+    shortfall: Shortfall | None = None,
+    placement: GpuInstancePlacement | None = None,
 ) -> Finding:
+    """A finding; ``shortfall`` (``now`` or ``never``) is what a *no* means and is dropped otherwise,
+    so a check states it once for a computed verdict. Every *no* must state it."""
+    if verdict == "no" and shortfall is None:
+        raise ValueError(f"a 'no' finding for {resource} must say whether it is short now or never")
     return Finding(
         resource=resource,
         demand=demand,
@@ -61,6 +96,8 @@ def finding(
         source=source,
         detail=detail,
         subject=subject,
+        shortfall=shortfall if verdict == "no" else None,
+        placement=placement,
     )
 
 

@@ -189,7 +189,7 @@ def _evaluate(spec: DeviceSpec, kernels: tuple[KernelSpec, ...], load: _SmLoad) 
         verdict: FitVerdict = "yes" if demand <= available else "no"
         worst.append(finding(resource, demand, max(available, 0), unit, verdict, f"{k.source} + occupancy rules",
                              f"candidate kernel {k.name} beside resident blocks ({', '.join(load.by)}) on every SM",
-                             subject=k.name))
+                             subject=k.name, shortfall="now"))
     return worst
 
 
@@ -316,12 +316,13 @@ def check_launch(ctx: FitContext) -> list[Finding]:
             if k.threads_per_block > cdna.max_workgroup_size:
                 out.append(finding("warps", k.threads_per_block, cdna.max_workgroup_size, "work-items", "no",
                                    f"{k.source} + catalog", f"kernel {k.name}: a workgroup of {k.threads_per_block} "
-                                   f"work-items exceeds {cdna.max_workgroup_size}", subject=k.name))
+                                   f"work-items exceeds {cdna.max_workgroup_size}", subject=k.name,
+                                   shortfall="never"))
             lds = k.static_shared_bytes + k.dynamic_shared_bytes
             if lds > cdna.lds_per_cu_bytes:
                 out.append(finding("shared_memory", lds, cdna.lds_per_cu_bytes, "bytes", "no", f"{k.source} + catalog",
                                    f"kernel {k.name}: {lds} bytes of LDS exceed the CU's {cdna.lds_per_cu_bytes}",
-                                   subject=k.name))
+                                   subject=k.name, shortfall="never"))
     else:
         for k in kernels:
             kk = _kernel(spec, k)
@@ -329,7 +330,8 @@ def check_launch(ctx: FitContext) -> list[Finding]:
                 continue
             for resource, demand, limit, unit, why in _launch_shortfalls_cuda(spec, k, kk.occupancy):
                 out.append(finding(resource, demand, limit, unit, "no", f"{k.source} + occupancy rules",
-                                   f"kernel {k.name} cannot launch on {spec.name} at all: {why}", subject=k.name))
+                                   f"kernel {k.name} cannot launch on {spec.name} at all: {why}", subject=k.name,
+                                   shortfall="never"))
     if out:
         return out
     return [finding("candidate_kernels", "one block of each kernel", "fits an SM", "blocks", "yes",

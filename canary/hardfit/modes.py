@@ -47,7 +47,8 @@ def check_compute_mode(ctx: FitContext) -> list[Finding]:
         reason = ctx.snapshot.unknown_reasons.get("compute_mode", "the snapshot does not say")
         return [finding("compute_mode", "second context", None, "mode", "unknown", source, f"compute mode unknown: {reason}")]
     if mode == "PROHIBITED":
-        return [finding("compute_mode", "second context", mode, "mode", "no", source, "compute mode PROHIBITED allows no CUDA context")]
+        return [finding("compute_mode", "second context", mode, "mode", "no", source,
+                        "compute mode PROHIBITED allows no CUDA context", shortfall="now")]
     if mode == "EXCLUSIVE_PROCESS":
         if ctx.regime.kind == "mps" and ctx.snapshot.mps.running:
             return [finding("compute_mode", "MPS client", mode, "mode", "yes", source,
@@ -63,7 +64,7 @@ def check_compute_mode(ctx: FitContext) -> list[Finding]:
         if listed == 0 and not unlisted:
             return [finding("compute_mode", "first context", mode, "mode", "yes", source, "no resident holds the device")]
         return [finding("compute_mode", "second context", mode, "mode", "no", source,
-                        f"EXCLUSIVE_PROCESS allows one context and {holders} hold it")]
+                        f"EXCLUSIVE_PROCESS allows one context and {holders} hold it", shortfall="now")]
     return [finding("compute_mode", "second context", mode, "mode", "yes", source)]
 
 
@@ -73,12 +74,14 @@ def check_sharing_mode(ctx: FitContext) -> list[Finding]:
     out: list[Finding] = []
     if not _accepts(ctx.candidate.sharing, ctx):
         out.append(finding("sharing_mode", regime, "not accepted", "mode", "no", "declared",
-                           f"the candidate's profile does not accept {regime}", subject=ctx.candidate.name))
+                           f"the candidate's profile does not accept {regime}", subject=ctx.candidate.name,
+                           shortfall="never"))
     if ctx.regime.kind != "mig":  # MIG residents live in other instances
         for resident in ctx.snapshot.residents:
             if resident.profile is not None and not _accepts(resident.profile.sharing, ctx):
                 out.append(finding("sharing_mode", regime, "not accepted", "mode", "no", "declared",
-                                   f"resident {resident.name} does not accept {regime}", subject=resident.name))
+                                   f"resident {resident.name} does not accept {regime}", subject=resident.name,
+                                   shortfall="now"))
     if not out:
         out.append(finding("sharing_mode", regime, "accepted", "mode", "yes", "declared",
                            "candidate and profiled residents accept this regime"))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from canary.certificate import Finding
+from canary.certificate import Finding, GpuInstancePlacement
 from canary.errors import InputError
 from canary.hardfit._context import FitContext, finding
+from canary.regime import free_mig_placement
 from canary.units import format_bytes
 
 if TYPE_CHECKING:
-    from canary.catalog import DeviceSpec, MigPlacement, MigProfile
     from canary.snapshot import DeviceSnapshot
 
 GREEN_CAVEAT = (
@@ -23,17 +23,10 @@ def _occupied(snapshot: DeviceSnapshot) -> list[tuple[int, int]]:
     return [(i.start, i.start + i.size) for i in snapshot.mig.instances]
 
 
-def free_mig_placement(snapshot: DeviceSnapshot, spec: DeviceSpec, profile: MigProfile) -> MigPlacement | None:
-    """The first valid placement of ``profile`` that overlaps no existing instance, else ``None``."""
-    taken = _occupied(snapshot)
-    for placement in profile.placements:
-        lo, hi = placement.start, placement.start + placement.size
-        if all(hi <= a or lo >= b for a, b in taken):
-            return placement
-    return None
-
-
 def check_mig(ctx: FitContext) -> list[Finding]:
+    """Slices, instance count and a free placement for a new GPU instance of the regime's profile
+    (NVIDIA MIG User Guide: an instance takes one of its profile's placements, and no two instances
+    share a memory slice). The free placement found travels on the finding as numbers."""
     if ctx.regime.kind != "mig":
         return []
     snap, spec = ctx.snapshot, ctx.spec
@@ -43,17 +36,18 @@ def check_mig(ctx: FitContext) -> list[Finding]:
                         f"{spec.name} is not in the catalog: its MIG profiles and placements are unknown")]
     if not spec.mig_profiles:
         return [finding("mig_placement", name, "MIG not supported", "placement", "no",
-                        f"catalog ({spec.source('mig_profiles')})", f"{spec.name} has no MIG")]
+                        f"catalog ({spec.source('mig_profiles')})", f"{spec.name} has no MIG", shortfall="never")]
     try:
         profile = spec.mig_profile(name)
     except InputError as exc:
-        return [finding("mig_placement", name, None, "placement", "no", "catalog", exc.problem)]
+        return [finding("mig_placement", name, None, "placement", "no", "catalog", exc.problem, shortfall="never")]
     if snap.mig.enabled is None:
         return [finding("mig_placement", profile.name, None, "placement", "unknown", snap.source,
                         f"MIG mode unknown: {snap.unknown_reasons.get('mig', 'the snapshot does not say')}")]
     if not snap.mig.enabled:
         return [finding("mig_placement", profile.name, "MIG disabled", "placement", "no", snap.source,
-                        "MIG is disabled on this device; enabling it needs the GPU drained and reset")]
+                        "MIG is disabled on this device; enabling it needs the GPU drained and reset",
+                        shortfall="now")]
     if "mig.instances" in snap.unknown_reasons:
         # An empty list here means "could not be read", not "no instances": never a free placement.
         return [finding("mig_placement", profile.name, None, "placement", "unknown", snap.source,
@@ -67,21 +61,27 @@ def check_mig(ctx: FitContext) -> list[Finding]:
     src = f"catalog ({profile.source('placements')}) + {snap.source} instances"
     out = [finding("mig_slices", profile.memory_slices, free_slices, "memory slices",
                    "yes" if profile.memory_slices <= free_slices else "no", src,
-                   f"{len(snap.mig.instances)} instance(s) hold {used_slices} of {total_slices} slices")]
+                   f"{len(snap.mig.instances)} instance(s) hold {used_slices} of {total_slices} slices",
+                   shortfall="never" if profile.memory_slices > total_slices else "now")]
     same = sum(1 for i in snap.mig.instances if i.profile == profile.name)
     if same >= profile.max_instances:
         out.append(finding("mig_instances", same + 1, profile.max_instances, "instances", "no", src,
-                           f"{profile.name} allows at most {profile.max_instances} instance(s)"))
-    placement = free_mig_placement(snap, spec, profile)
+                           f"{profile.name} allows at most {profile.max_instances} instance(s)", shortfall="now"))
+    spot = free_mig_placement(profile, snap.mig.instances)
     starts = ", ".join(f"{p.start}" for p in profile.placements)
     taken = ", ".join(f"[{a},{b})" for a, b in _occupied(snap)) or "none"
-    if placement is None:
-        out.append(finding("mig_placement", profile.name, "no free placement", "placement", "no", src,
-                           f"{profile.name} may start at slice {starts} (size {profile.placements[0].size}); "
-                           f"taken: {taken}"))
+    if spot is None:
+        if not profile.placements:
+            out.append(finding("mig_placement", profile.name, "no placement", "placement", "no", src,
+                               f"the catalog lists no placement for {profile.name}", shortfall="never"))
+        else:
+            out.append(finding("mig_placement", profile.name, "no free placement", "placement", "no", src,
+                               f"{profile.name} may start at slice {starts} (size {profile.placements[0].size}); "
+                               f"taken: {taken}", shortfall="now"))
     else:
-        out.append(finding("mig_placement", profile.name, f"start {placement.start}", "placement", "yes", src,
-                           f"free placement at slices [{placement.start},{placement.start + placement.size}); taken: {taken}"))
+        out.append(finding("mig_placement", profile.name, f"start {spot.start}", "placement", "yes", src,
+                           f"free placement at slices [{spot.start},{spot.end}); taken: {taken}",
+                           placement=GpuInstancePlacement(profile=profile.name, start=spot.start, size=spot.size)))
     return out
 
 
@@ -96,7 +96,7 @@ def check_mps(ctx: FitContext) -> list[Finding]:
                         f"MPS state unknown: {snap.unknown_reasons.get('mps', 'the snapshot does not say')}")]
     if not mps.running:
         return [finding("mps_server", "running", "not running", "state", "no", snap.source,
-                        "no MPS control daemon; the residents would have to restart as MPS clients")]
+                        "no MPS control daemon; the residents would have to restart as MPS clients", shortfall="now")]
     limit = mps.max_clients if mps.max_clients is not None else spec.mps_max_clients
     limit_src = "observed" if mps.max_clients is not None else f"catalog ({spec.source('mps_max_clients')})"
     if mps.clients is None or limit is None:
@@ -105,8 +105,8 @@ def check_mps(ctx: FitContext) -> list[Finding]:
     else:
         out.append(finding("mps_clients", mps.clients + 1, limit, "clients",
                            "yes" if mps.clients + 1 <= limit else "no", limit_src,
-                           f"{mps.clients} client(s) connected"))
-    peak = ctx.candidate.memory.peak_bytes
+                           f"{mps.clients} client(s) connected", shortfall="now"))
+    peak = ctx.demand.peak_bytes
     if mps.pinned_memory_limit_bytes is None:
         out.append(finding("mps_pinned_memory", peak, None, "bytes", "unknown", snap.source,
                            "whether a per-client pinned device-memory limit is set is unknown "
@@ -115,7 +115,7 @@ def check_mps(ctx: FitContext) -> list[Finding]:
         limit_bytes = mps.pinned_memory_limit_bytes
         out.append(finding("mps_pinned_memory", peak, limit_bytes, "bytes",
                            "yes" if peak <= limit_bytes else "no", snap.source,
-                           f"per-client pinned limit {format_bytes(limit_bytes)}"))
+                           f"per-client pinned limit {format_bytes(limit_bytes)}", shortfall="now"))
     return out
 
 
@@ -140,7 +140,10 @@ def check_green(ctx: FitContext) -> list[Finding]:
     available = ((spec.sm_count - held) // align) * align
     detail = (f"{want} SMs round up to {rounded} (minimum {minimum}, alignment {align}); "
               f"{held} of {spec.sm_count} SMs already partitioned. {GREEN_CAVEAT}")
-    return [finding("green_sms", rounded, available, "SMs", "yes" if rounded <= available else "no", src, detail)]
+    # More SMs than a partition of the whole device may hold is never; more than is free now is now.
+    whole = (spec.sm_count // align) * align
+    return [finding("green_sms", rounded, available, "SMs", "yes" if rounded <= available else "no", src, detail,
+                    shortfall="never" if rounded > whole else "now")]
 
 
 def check_amd_partition(ctx: FitContext) -> list[Finding]:

@@ -1,4 +1,5 @@
-"""Stage 2: the bounded canary (budget, judge, orchestrator, executors, monitors).
+"""Stage 2: the bounded canary (judge, orchestrator, executors, monitors; the budget it keeps is
+``canary.policy.RiskBudget``).
 
 Light to import: the orchestrator and its dependencies load on first use of their names.
 """
@@ -7,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from canary.probe.budget import RiskBudget
 from canary.probe.factory import make_executor, make_monitor
 
 if TYPE_CHECKING:
@@ -23,7 +23,6 @@ __all__ = [
     "Monitor",
     "ProbeProgress",
     "ProbeResult",
-    "RiskBudget",
     "RollbackFailed",
     "make_executor",
     "make_monitor",

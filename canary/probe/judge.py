@@ -14,7 +14,7 @@ reports time per step, the inverse ratio of throughputs)::
 whenever the slowdown varies). ``estimate_pct`` is the plug-in ``Σ on / Σ off − 1`` over the usable
 pairs; the interval is the confidence sequence for ``R`` described below.
 
-The pipeline, each step testable alone (knobs from the :class:`~canary.probe.budget.RiskBudget`):
+The pipeline, each step testable alone (knobs from the :class:`~canary.policy.RiskBudget`):
 
 1. :func:`preprocess_window` — NaN/inf samples are dropped and counted; a non-number or a negative
    latency makes the window an ``error`` (a broken monitor is never read as a pass); an optional
@@ -87,7 +87,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from canary.probe.budget import RiskBudget
+from canary.policy import RiskBudget
 
 JudgeLabel = Literal["safe", "unsafe", "inconclusive", "no-data", "error"]
 #: What made a verdict: the sequential test, the per-window slowdown guard, the resident's SLO, a

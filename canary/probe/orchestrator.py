@@ -47,7 +47,7 @@ from typing import Any, Literal
 import anyio
 
 from canary.errors import ProbeError
-from canary.probe.budget import RiskBudget
+from canary.policy import RiskBudget
 from canary.probe.interfaces import (
     Executor,
     ExposureGate,
@@ -66,6 +66,7 @@ from canary.probe.judge import (
     pair_schedule,
     preprocess_window,
 )
+from canary.quantiles import quantile
 
 ProbeState = Literal[
     "PENDING", "BASELINE", "PROBING", "JUDGING", "DECIDED", "ABORTED", "ROLLED_BACK", "RECORDED"
@@ -364,8 +365,8 @@ class _Run:
         if base.status != "ok":
             self.abort(f"baseline: {base.status}: {base.reason}; no data is never a pass")
             raise _Stop
-        p99 = _p99(base.values_ms)
-        if self.slo_latency_p99_ms is not None and p99 > self.slo_latency_p99_ms:
+        p99 = quantile(base.values_ms, 0.99)
+        if self.slo_latency_p99_ms is not None and p99 is not None and p99 > self.slo_latency_p99_ms:
             self.abort(
                 f"the resident breaches its SLO before the canary starts: p99 {p99:.2f} ms > {self.slo_latency_p99_ms:g} ms"
             )
@@ -423,8 +424,8 @@ class _Run:
             and self.slo_latency_p99_ms is not None
             and self.budget.rollback_on_slo_violation
         ):
-            p99 = _p99(on.values_ms)
-            if p99 > self.slo_latency_p99_ms:
+            p99 = quantile(on.values_ms, 0.99)
+            if p99 is not None and p99 > self.slo_latency_p99_ms:
                 reason = f"slo-breach: resident p99 {p99:.2f} ms > SLO {self.slo_latency_p99_ms:g} ms with the canary on"
                 rule = "slo"
         enough = self.budget.slowdown_guard_min_samples
@@ -568,12 +569,6 @@ async def _drive(
 
 def _pair(off: WindowSample, on: WindowSample) -> WindowPair:
     return WindowPair(off.latencies_ms, on.latencies_ms, on_stalled=on.stalled)
-
-
-def _p99(values_ms: tuple[float, ...]) -> float:
-    ordered = sorted(values_ms)
-    rank = max(0, math.ceil(0.99 * len(ordered)) - 1)
-    return ordered[rank]
 
 
 def _describe(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
+    from canary.regime import Regime
     from canary.sim import SimDevice
     from canary.sim.model import ContentionParams
     from canary.snapshot import DeviceSnapshot
@@ -49,7 +50,7 @@ def simulated_device(
     spec: DeviceSpec,
     *,
     seed: int,
-    regime: str,
+    regime: Regime,
     params: SimParams | None,
     resident: str,
 ) -> tuple[SimDevice, str | None]:

@@ -29,6 +29,7 @@ from canary.errors import CanaryError, InputError, SchemaOutOfDate, StoreUnavail
 from canary.serve import schemas as S
 from canary.serve.auth import TokenCache, granted
 from canary.serve.config import ServeConfig
+from canary.serve.fleet import AdmissionHistory, admission_entry
 from canary.serve.metrics import Metrics
 from canary.serve.probes import ProbeRunner, utcnow
 from canary.serve.resolve import Resolved, resolve
@@ -131,6 +132,11 @@ class Service:
         self.runner = ProbeRunner(engine, config, self.metrics)
         self.tokens = TokenCache(self._verify_token, config.token_cache_s)
         self.metrics.watch_store(self._store_state)
+        self.history = AdmissionHistory(self.db)
+        self.decisions = anyio.CapacityLimiter(config.decision_threads)  # built in the lifespan: a loop runs
+        # Registry entries are immutable once put (a different document under the same name@version is
+        # refused), so an exact reference is read from the store once per process.
+        self._registry_cache: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     def _verify_token(self, token: str, now: dt.datetime) -> Any:
         from evidence_store import tokens
@@ -168,9 +174,22 @@ class Service:
             return fn(session)
 
     def registry_get(self, kind: str, name: str, version: str | None) -> dict[str, Any] | None:
+        """A registry document; ``name@version`` from this process's cache after its first read (a bare
+        name means the newest version, which a later put changes: always read)."""
+        if version is not None:
+            hit = self._registry_cache.get((kind, name, version))
+            if hit is not None:
+                return hit
         entry = self.db("registry_get", lambda s: registry.get(s, kind=kind, name=name, version=version),
                         read_only=True)
-        return None if entry is None else entry.document
+        if entry is None:
+            return None
+        document: dict[str, Any] = entry.document
+        if version is not None:
+            if len(self._registry_cache) >= 4096:  # bound memory: start over rather than grow
+                self._registry_cache.clear()
+            self._registry_cache[(kind, name, version)] = document
+        return document
 
     def published_get(self, ref: str) -> Any:
         """A device a node agent publishes (``agent:NODE/NAME``), or ``None``."""
@@ -283,8 +302,10 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         await svc.runner.recover()  # a restarted server aborts what its dead predecessor left running
         async with anyio.create_task_group() as tg:
             tg.start_soon(svc.runner.serve)
+            tg.start_soon(svc.history.serve)
             yield
             tg.cancel_scope.cancel()
+        await svc.history.flush()  # admissions answered but not yet in the history
         if engine is None:
             eng.dispose()
 
@@ -341,9 +362,9 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
              response_class=Response, responses={200: {"content": {"text/plain": {}}}})
     async def metrics(svc: Svc) -> Response:
         """Prometheus exposition format."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST
 
-        body = await anyio.to_thread.run_sync(generate_latest, svc.metrics.registry)
+        body = await anyio.to_thread.run_sync(svc.metrics.exposition)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/noop", tags=["operations"], dependencies=[Depends(require("read"))], responses=ERRORS)
@@ -366,7 +387,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
             with svc.metrics.store_op("fit"):
                 return core_fit(resolved.request, svc.access(), utcnow())
 
-        cert = await anyio.to_thread.run_sync(work)
+        cert = await anyio.to_thread.run_sync(work, limiter=svc.decisions)
         svc.metrics.decided("fit", cert, time.perf_counter() - t0)
         return _cert_response(cert)
 
@@ -382,25 +403,24 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
         t0 = time.perf_counter()
 
-        def decide() -> Certificate | tuple[ProbeTicket, bool]:
+        def decide() -> tuple[Certificate | tuple[ProbeTicket, bool], dict[str, Any] | None]:
             resolved = svc.resolve(body, extra={"reserve": body.reserve, "seed": body.seed})
             req = resolved.request
             try:
                 with svc.metrics.store_op("admit"):
                     cert: Certificate = _run_sync(admit_async(req, engine=svc.engine, probe=body.probe,
                                                               reserve=body.reserve, defer_probe=_defer))
-                log_admission(svc, resolved, cert.verdict)
-                return cert
+                return cert, admission_entry(svc, resolved, cert.verdict)
             except ProbeDeferred as deferred:
                 digest = probe_queue.pair_digest(deferred.keys)
             from evidence_store.fleet import submit_and_notify  # announces it to a node agent (PostgreSQL)
 
             submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: submit_and_notify(
                 s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow()))
-            log_admission(svc, resolved, "probe")
-            return submitted
+            return submitted, admission_entry(svc, resolved, "probe")
 
-        outcome = await anyio.to_thread.run_sync(decide)
+        outcome, history = await anyio.to_thread.run_sync(decide, limiter=svc.decisions)
+        svc.history.add(history)  # written after the answer, batched with its neighbours
         if isinstance(outcome, Certificate):
             svc.metrics.decided("admissions", outcome, time.perf_counter() - t0)
             return _cert_response(outcome)
@@ -601,13 +621,6 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
     add_fleet_routes(app, require)
     return app
-
-
-def log_admission(svc: Service, resolved: Resolved, verdict: str) -> None:
-    """Admission history (hot pairs for revalidation, ``canary warm --from-history``)."""
-    from canary.serve.fleet import log_admission as log
-
-    log(svc, resolved, verdict)
 
 
 class ProbeDeferred(Exception):

@@ -30,10 +30,18 @@ class ServeConfig(BaseModel):
     tls_ca_certs: str | None = Field(default=None, description="CA bundle: when set, clients must present a "
                                      "certificate signed by it (mTLS)")
     workers: int = Field(default=1, ge=1, le=64)
+    worker_healthcheck_s: int = Field(
+        default=30, ge=1, le=600, description="with workers > 1: seconds a worker may take to answer the "
+        "supervisor's liveness ping before it is killed and replaced. A worker starved of CPU on a busy node "
+        "is slow, not hung; killing it drops every request and probe it holds (uvicorn's default is 5 s)")
     max_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
     extender_max_body_bytes: int = Field(default=32 << 20, ge=1024, le=256 << 20)
     max_wait_s: float = Field(default=60.0, gt=0, le=600)
     probe_lease_s: float = Field(default=15.0, ge=1.0, le=3600)
+    decision_threads: int = Field(
+        default=4, ge=1, le=64, description="decisions (fit, admissions, extender verbs) one worker process runs "
+        "at once, each in a thread; more wait their turn in arrival order instead of sharing the interpreter "
+        "lock and the store's connection pool all at once (which lengthens every one of them, the last most)")
     max_concurrent_probes: int = Field(default=8, ge=1, le=256, description="probes one server process runs at once")
     sim_time_scale: float = Field(
         default=0.0, ge=0.0, le=1.0,

@@ -232,7 +232,8 @@ def add_extender_routes(app: FastAPI, require: Callable[..., Any]) -> None:
             return ExtenderFilterResult(nodes=args.nodes, nodenames=names if args.nodenames is not None else None)
         pod = args.pod
         now = utcnow()
-        verdicts = await anyio.to_thread.run_sync(lambda: [decide_node(svc, pod, n, now) for n in names])
+        verdicts = await anyio.to_thread.run_sync(lambda: [decide_node(svc, pod, n, now) for n in names],
+                                                  limiter=svc.decisions)
         passing = {v.node for v in verdicts if v.passes}
         failed = {v.node: v.reason for v in verdicts if not v.passes}
         result = ExtenderFilterResult(failedNodes=failed)
@@ -251,6 +252,7 @@ def add_extender_routes(app: FastAPI, require: Callable[..., Any]) -> None:
             return [HostPriority(host=n, score=0) for n in names]
         pod = args.pod
         now = utcnow()
-        verdicts = await anyio.to_thread.run_sync(lambda: [decide_node(svc, pod, n, now) for n in names])
+        verdicts = await anyio.to_thread.run_sync(lambda: [decide_node(svc, pod, n, now) for n in names],
+                                                  limiter=svc.decisions)
         return [HostPriority(host=v.node, score=v.score if v.passes else 0) for v in verdicts]
 

@@ -1,6 +1,7 @@
 """The service's side of node agents: admission history, agents' devices, drift reports.
 
-* Every admission is logged (``admission_log``) with its documents by value: the hot pairs a driver
+* Every admission is logged (``admission_log``) with its documents by value, after its answer and
+  batched (``AdmissionHistory``): the hot pairs a driver
   change revalidates and the plan of ``canary warm --from-history`` come from it.
 * ``GET /v1/agents`` lists the devices node agents publish, with each snapshot's age.
 * ``GET /v1/drift`` and ``GET /v1/drift/{id}``: driver changes the agents saw, and per revalidated pair
@@ -39,27 +40,80 @@ def pair_keys_of(req: Any) -> list[Any]:
     return [k for k in keys if k is not None]
 
 
-def log_admission(svc: Any, resolved: Any, verdict: str) -> None:
-    """Record the admission as history; never fails the admission itself (history is best effort)."""
+def admission_entry(svc: Any, resolved: Any, verdict: str) -> dict[str, Any] | None:
+    """The history row of one admission (``fleet.log_admission``'s arguments), or ``None`` when there is
+    nothing to record (history off, an idle device, unprofiled residents)."""
     from canary.serve.probes import utcnow
-    from evidence_store import fleet, probe_queue
+    from evidence_store import probe_queue
 
     if not svc.config.log_admissions:
-        return
+        return None
     req = resolved.request
     keys = pair_keys_of(req)
     if not keys:
-        return  # an idle device or unprofiled residents: no pair to warm or revalidate
+        return None  # an idle device or unprofiled residents: no pair to warm or revalidate
     candidate = f"{req.candidate.name}@{req.candidate.version}"
     residents = "+".join(f"{r.name}" for r in req.snapshot.residents)
-    label = f"{candidate} beside {residents} on {req.spec.name} ({req.regime})"
-    try:
-        svc.db("admission_log", lambda s: fleet.log_admission(
-            s, pair_digest=probe_queue.pair_digest(keys), key_digests=[k.digest() for k in keys],
-            device_type=req.spec.name, device_id=req.device_id, label=label, verdict=verdict,
-            request_json=resolved.request_json, now=utcnow()))
-    except Exception as exc:  # the decision stands; say why the history lacks it
-        log.warning("admission history not recorded: %s", exc)
+    return {"pair_digest": probe_queue.pair_digest(keys), "key_digests": [k.digest() for k in keys],
+            "device_type": req.spec.name, "device_id": req.device_id,
+            "label": f"{candidate} beside {residents} on {req.spec.name} ({req.regime})", "verdict": verdict,
+            "request_json": resolved.request_json, "now": utcnow()}
+
+
+class AdmissionHistory:
+    """Writes the admission history off the request path: a request hands its row over and is answered;
+    one writer task commits every row that arrived while its previous transaction ran, in one
+    transaction (group commit). Under light load a row is in the store a transaction after its answer;
+    under heavy load many rows share one commit instead of one commit each.
+
+    History is best effort, as before: a failed write is logged with the number of rows lost, and at
+    most ``max_pending`` rows wait (the oldest are dropped, and counted, if the store stays away)."""
+
+    def __init__(self, db: Callable[..., Any], *, max_pending: int = 10_000) -> None:
+        self._db = db
+        self._max_pending = max_pending
+        self._pending: list[dict[str, Any]] = []
+        self._wake = anyio.Event()
+        self.written = 0
+        self.dropped = 0
+
+    def add(self, entry: dict[str, Any] | None) -> None:
+        """Queue one row (from the event loop's thread)."""
+        if entry is None:
+            return
+        self._pending.append(entry)
+        if len(self._pending) > self._max_pending:
+            del self._pending[0]
+            self.dropped += 1
+        self._wake.set()
+
+    async def serve(self) -> None:
+        """Until cancelled: wait for rows, write what is pending in one transaction, repeat."""
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write every pending row now (shielded: a shutdown does not lose a batch half-way)."""
+        with anyio.CancelScope(shield=True):
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    await anyio.to_thread.run_sync(self._write, batch)
+                    self.written += len(batch)
+                except Exception as exc:  # the decisions stand; say what the history lacks and why
+                    self.dropped += len(batch)
+                    log.warning("admission history: %d row(s) not recorded: %s", len(batch), exc)
+
+    def _write(self, batch: list[dict[str, Any]]) -> None:
+        from evidence_store import fleet
+
+        def work(session: Any) -> None:
+            for entry in batch:
+                fleet.log_admission(session, **entry)
+
+        self._db("admission_log", work)
 
 
 def published_node_devices(svc: Any, node: str, policy: Any) -> list[Any]:

@@ -1,9 +1,15 @@
 """Prometheus metrics of the service (``prometheus-client``), one registry per application.
 
-Counters and histograms are per process. The two gauges that describe shared state — probes queued
-and running, and reservation bytes held per device — are read from the store at scrape time, so every
-worker reports the same fleet-wide truth. The Grafana dashboard in ``docs/grafana-dashboard.json``
-is built on these names.
+Counters and histograms count what this server did. With one worker process they live in the
+application's registry. With several (``--workers N``), ``canary serve`` runs them in
+prometheus-client's multiprocess mode: each worker writes its values to files in
+``PROMETHEUS_MULTIPROC_DIR`` (set before any worker starts, which is when prometheus-client chooses
+its mode), and whichever worker answers a scrape adds up every worker's files
+(``MultiProcessCollector``), so a scrape reports the whole server, not the one worker it reached.
+The gauges that describe shared state — probes queued and running, and reservation bytes held per
+device — are read from the store at scrape time, the same truth from every worker (the service
+declares no in-process gauges, so no multiprocess gauge mode is involved). The Grafana dashboard in
+``docs/grafana-dashboard.json`` is built on these names.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -51,8 +57,24 @@ class StoreState(Collector):
         yield held
 
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    """The directory of multiprocess mode when this process's prometheus-client runs in it, else
+    ``None``. The mode is fixed when prometheus-client is first imported (from the environment), so
+    the answer comes from the mode in force, not from the variable as it may stand now."""
+    if values.ValueClass is values.MutexValue:
+        return None
+    import os
+
+    return os.environ.get(MULTIPROC_ENV)
+
+
 class Metrics:
     def __init__(self) -> None:
+        self.multiprocess_dir = multiprocess_dir()
+        self._store_state: StoreState | None = None
         self.registry = CollectorRegistry()
         r = self.registry
         self.admissions = Counter("canary_admissions", "decisions answered, by endpoint, verdict and decider",
@@ -78,7 +100,21 @@ class Metrics:
                                      "token", ["reason"], registry=r)
 
     def watch_store(self, read: Callable[[], tuple[dict[str, int], dict[str, int]]]) -> None:
-        self.registry.register(StoreState(read))
+        self._store_state = StoreState(read)
+        self.registry.register(self._store_state)
+
+    def exposition(self) -> bytes:
+        """The scrape's body: this registry, or, in multiprocess mode, every worker's files added up
+        plus the store's gauges."""
+        if self.multiprocess_dir is None:
+            return bytes(generate_latest(self.registry))
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        scrape = CollectorRegistry()
+        MultiProcessCollector(scrape, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        if self._store_state is not None:
+            scrape.register(self._store_state)
+        return bytes(generate_latest(scrape))
 
     @contextmanager
     def store_op(self, operation: str) -> Iterator[None]:

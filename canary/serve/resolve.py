@@ -127,9 +127,7 @@ def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str
         device = published_device(body.device, published, policy)
     else:
         device = _device(body.device, registry)
-    if device.spec.vendor == "amd" and body.regime is not None and body.regime.startswith(("mig", "mps", "green")):
-        raise InputError(f"regime {body.regime} is NVIDIA-only; {device.spec.name} is an AMD device", field="regime")
-    try:
+    try:  # build_request parses the regime and refuses an NVIDIA-only one on an AMD device
         req = build_request(device, candidate, policy, extra_residents=residents, regime=body.regime)
     except ValueError as exc:
         raise InputError(str(exc), field="regime") from None

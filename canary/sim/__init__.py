@@ -16,10 +16,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from canary.sim.device import SimDevice, SimOutOfMemory, SimPlacementError, SimWindow, parse_regime
+    from canary.sim.device import SimDevice, SimOutOfMemory, SimPlacementError, SimWindow, simulable_regime
     from canary.sim.model import ContentionParams, Traits, derive_traits
     from canary.sim.params import CALIBRATED, CalibratedRegime, calibrated_regime
-    from canary.sim.truth import PairTruth, percentile_ms, true_pair_slowdown
+    from canary.sim.truth import PairTruth, true_pair_slowdown
 
 __all__ = [
     "CALIBRATED",
@@ -33,8 +33,7 @@ __all__ = [
     "Traits",
     "calibrated_regime",
     "derive_traits",
-    "parse_regime",
-    "percentile_ms",
+    "simulable_regime",
     "true_pair_slowdown",
 ]
 
@@ -46,13 +45,12 @@ _WHERE = {
     "Traits": "canary.sim.model",
     "derive_traits": "canary.sim.model",
     "PairTruth": "canary.sim.truth",
-    "percentile_ms": "canary.sim.truth",
     "true_pair_slowdown": "canary.sim.truth",
     "SimDevice": "canary.sim.device",
     "SimOutOfMemory": "canary.sim.device",
     "SimPlacementError": "canary.sim.device",
     "SimWindow": "canary.sim.device",
-    "parse_regime": "canary.sim.device",
+    "simulable_regime": "canary.sim.device",
 }
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from canary.errors import InputError, OperationalError
+from canary.regime import Regime, free_mig_placement, parse_mig_instance, parse_regime
 from canary.sim.engine import Engine, Flow, Placement, RegimeKind
 from canary.sim.model import (
     DEFAULT_KERNEL_TIME_US,
@@ -64,62 +65,45 @@ class SimPlacementError(OperationalError):
     """The regime has no room for another workload (no free MIG instance of the profile)."""
 
 
-@dataclass(frozen=True)
-class Regime:
-    """A parsed regime string: ``timeslice``, ``streams``, ``mps:P``, ``mig:PROFILE``, ``green:N``."""
-
-    text: str
-    kind: Literal["timeslice", "streams", "mps", "mig", "green"]
-    mps_pct: int | None = None
-    mig_profile: str | None = None
-    green_sms: int | None = None
-
-    @property
-    def engine_kind(self) -> RegimeKind:
-        return "timeslice" if self.kind == "timeslice" else "concurrent"
+def engine_kind(regime: Regime) -> RegimeKind:
+    """How the engine shares SMs in ``regime``: time slices, or concurrent kernels (MPS, streams,
+    MIG and green partitions cap each flow's share instead)."""
+    return "timeslice" if regime.kind == "timeslice" else "concurrent"
 
 
-def parse_regime(text: str, spec: DeviceSpec) -> Regime:
-    """Parse and validate a regime string against the device; ``InputError`` names the problem."""
-    raw = text.strip()
-    name, _, arg = raw.partition(":")
-    name = name.lower()
-    if name in ("timeslice", "streams") and not arg:
-        return Regime(text=raw, kind="timeslice" if name == "timeslice" else "streams")
-    if name == "mps" and arg:
-        if not arg.isdigit() or not 1 <= int(arg) <= 100:
-            raise InputError(f"regime {raw!r}: MPS active thread percentage must be 1..100", field="regime")
-        return Regime(text=raw, kind="mps", mps_pct=int(arg))
-    if name == "mig" and arg:
-        profile = spec.mig_profile(arg)  # raises UnknownMigProfile (an InputError) listing valid names
+def simulable_regime(regime: Regime | str, spec: DeviceSpec) -> Regime:
+    """``regime`` (text goes through the one parser, :func:`canary.regime.parse_regime`), checked
+    that the simulator can model it on ``spec``, the MIG profile under its catalog name;
+    ``InputError`` names the problem."""
+    if isinstance(regime, str):
+        regime = parse_regime(regime, field="regime")
+    if regime.kind == "mig":
+        assert regime.mig_profile is not None
+        profile = spec.mig_profile(regime.mig_profile)  # raises UnknownMigProfile (an InputError) listing valid names
         if profile.sm_count is None or profile.memory_bytes is None:
             raise InputError(
-                f"regime {raw!r}: the catalog does not know the SM count or memory of {profile.name} on "
+                f"regime {str(regime)!r}: the catalog does not know the SM count or memory of {profile.name} on "
                 f"{spec.name}; the simulator cannot model it",
                 field="regime",
             )
-        return Regime(text=raw, kind="mig", mig_profile=profile.name)
-    if name == "green" and arg:
-        if not arg.isdigit() or not 1 <= int(arg) < spec.sm_count:
-            raise InputError(
-                f"regime {raw!r}: a green-context partition needs 1..{spec.sm_count - 1} SMs", field="regime"
-            )
-        sms = int(arg)
+        return Regime("mig", mig_profile=profile.name)
+    if regime.kind == "green":
+        sms = regime.green_sms
+        assert sms is not None
+        if not 1 <= sms < spec.sm_count:
+            raise InputError(f"regime {str(regime)!r}: a green-context partition needs 1..{spec.sm_count - 1} SMs",
+                             field="regime")
         if spec.green_min_partition_sms is not None and sms < spec.green_min_partition_sms:
             raise InputError(
-                f"regime {raw!r}: {spec.name} partitions hold at least {spec.green_min_partition_sms} SMs",
+                f"regime {str(regime)!r}: {spec.name} partitions hold at least {spec.green_min_partition_sms} SMs",
                 field="regime",
             )
         if spec.green_sm_alignment is not None and sms % spec.green_sm_alignment:
             raise InputError(
-                f"regime {raw!r}: {spec.name} partitions come in multiples of {spec.green_sm_alignment} SMs",
+                f"regime {str(regime)!r}: {spec.name} partitions come in multiples of {spec.green_sm_alignment} SMs",
                 field="regime",
             )
-        return Regime(text=raw, kind="green", green_sms=sms)
-    raise InputError(
-        f"unknown regime {raw!r}: use timeslice, streams, mps:<pct>, mig:<profile> or green:<sms>",
-        field="regime",
-    )
+    return regime
 
 
 @dataclass(frozen=True)
@@ -174,14 +158,14 @@ class SimDevice:
         spec: DeviceSpec,
         *,
         seed: int,
-        regime: str = "timeslice",
+        regime: Regime | str = "timeslice",
         params: ContentionParams | None = None,
     ) -> None:
         self.spec = spec
         self.seed = int(seed)
-        self.regime = parse_regime(regime, spec)
+        self.regime = simulable_regime(regime, spec)
         self.params = params if params is not None else CALIBRATED
-        self._engine = Engine(spec, self.params, self.regime.engine_kind)
+        self._engine = Engine(spec, self.params, engine_kind(self.regime))
         self._placed: dict[str, _Placed] = {}
         self._ordinal = 0
         self._unattributed_bytes = 0
@@ -196,7 +180,7 @@ class SimDevice:
         spec: DeviceSpec,
         *,
         seed: int,
-        regime: str = "timeslice",
+        regime: Regime | str = "timeslice",
         params: ContentionParams | None = None,
     ) -> SimDevice:
         """A device holding the snapshot's residents.
@@ -251,26 +235,17 @@ class SimDevice:
 
     def _mig_domain(self, profile_name: str, handle: str) -> tuple[str, MigProfile, MigPlacement]:
         """``PROFILE`` takes the first free placement; ``PROFILE@START`` (as snapshots name an
-        existing instance) takes exactly that one."""
-        name, _, start_text = profile_name.partition("@")
+        existing instance) takes exactly that one (:func:`canary.regime.free_mig_placement`)."""
+        name, wanted = parse_mig_instance(profile_name)
         profile = self.spec.mig_profile(name)
-        wanted: int | None = None
-        if start_text:
-            try:
-                wanted = int(start_text)
-            except ValueError:
-                raise InputError(f"MIG instance {profile_name!r}: the start after '@' must be a slice number",
-                                 field="mig_instance") from None
-            if wanted not in {p.start for p in profile.placements}:
-                raise SimPlacementError(f"{profile.name} cannot start at memory slice {wanted} on {self.spec.name}")
+        if wanted is not None and wanted not in {p.start for p in profile.placements}:
+            raise SimPlacementError(f"{profile.name} cannot start at memory slice {wanted} on {self.spec.name}")
         same = [p for p in self._placed.values() if p.mig_profile == profile.name]
         taken = [p.mig_placement for p in self._placed.values() if p.mig_placement is not None]
         if len(same) < profile.max_instances:
-            for spot in profile.placements:
-                if wanted is not None and spot.start != wanted:
-                    continue
-                if not any(spot.overlaps(t) for t in taken):
-                    return f"mig:{profile.name}:{handle}", profile, spot
+            spot = free_mig_placement(profile, taken, start=wanted)
+            if spot is not None:
+                return f"mig:{profile.name}:{handle}", profile, spot
         raise SimPlacementError(
             f"no free placement for MIG profile {profile.name} on {self.spec.name} "
             f"({len(same)} of at most {profile.max_instances} instances exist; "

@@ -11,19 +11,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from canary.quantiles import quantile
 from canary.sim.device import SimDevice
 
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
     from canary.profile import WorkloadProfile
     from canary.sim.model import ContentionParams
-
-
-def percentile_ms(latencies_ms: list[float], pct: float) -> float | None:
-    """An order statistic (a latency that was actually observed); ``None`` without samples."""
-    if not latencies_ms:
-        return None
-    return float(np.percentile(np.asarray(latencies_ms), pct, method="inverted_cdf"))
 
 
 def slowdown_pct(alone: float | None, shared: float | None, *, higher_is_better: bool) -> float | None:
@@ -132,8 +126,8 @@ def true_pair_slowdown(
     c_alone = run(False, True)["candidate"]
     shared = run(True, True)
     r_shared, c_shared = shared["resident"], shared["candidate"]
-    r_p99_alone = percentile_ms(r_alone.latencies_ms, 99)
-    r_p99_shared = percentile_ms(r_shared.latencies_ms, 99)
+    r_p99_alone = quantile(r_alone.latencies_ms, 0.99)
+    r_p99_shared = quantile(r_shared.latencies_ms, 0.99)
     return PairTruth(
         regime=regime,
         duration_s=duration_s,
@@ -141,14 +135,14 @@ def true_pair_slowdown(
         resident_slowdown_pct=_slowdown(r_alone, r_shared),
         resident_throughput_alone=r_alone.throughput,
         resident_throughput_shared=r_shared.throughput,
-        resident_p50_ms_alone=percentile_ms(r_alone.latencies_ms, 50),
-        resident_p50_ms_shared=percentile_ms(r_shared.latencies_ms, 50),
+        resident_p50_ms_alone=quantile(r_alone.latencies_ms, 0.5),
+        resident_p50_ms_shared=quantile(r_shared.latencies_ms, 0.5),
         resident_p99_ms_alone=r_p99_alone,
         resident_p99_ms_shared=r_p99_shared,
         resident_p99_slowdown_pct=slowdown_pct(r_p99_alone, r_p99_shared, higher_is_better=False),
         candidate_slowdown_pct=_slowdown(c_alone, c_shared),
         candidate_throughput_alone=c_alone.throughput,
         candidate_throughput_shared=c_shared.throughput,
-        candidate_p99_ms_alone=percentile_ms(c_alone.latencies_ms, 99),
-        candidate_p99_ms_shared=percentile_ms(c_shared.latencies_ms, 99),
+        candidate_p99_ms_alone=quantile(c_alone.latencies_ms, 0.99),
+        candidate_p99_ms_shared=quantile(c_shared.latencies_ms, 0.99),
     )

@@ -127,3 +127,52 @@ def test_a_read_that_left_a_blank_store_file_does_not_block_the_first_admission(
     proc = subprocess.run([*canary_cmd(), "admit", "--quiet", "h100", EMB], capture_output=True, text=True, env=env,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_mig_admission_books_the_new_instance_by_its_placement(tmp_path: Path) -> None:
+    """c-mig-95pct: an H200 with MIG on and one 3g.71gb instance at memory slices [0,4). 3g.71gb
+    instances start at slice 0 or 4 (NVIDIA MIG User Guide, H200 placements {0,4}:4), so the
+    llm-decode candidate's new instance goes to 4, and its 42 GiB peak + 512 MiB context are
+    booked against that instance, not the device."""
+    cert = admit(load_request(str(EXAMPLES / "snapshots" / "c-mig-95pct.yaml"),
+                              str(EXAMPLES / "profiles" / "llm-decode.yaml")), db_url=_db(tmp_path))
+    assert cert.verdict == "admit" and cert.regime == "mig:3g.71gb"
+    (booking,) = cert.resource_reservations
+    assert booking.mig_instance == "3g.71gb@4"
+    assert booking.memory_bytes == 42 * 2**30 + 512 * 2**20
+    with sqlite3.connect(tmp_path / "evidence.sqlite3") as conn:
+        rows = conn.execute("select device_id, mig_instance, memory_bytes from reservations").fetchall()
+    assert rows == [("GPU-77c1d2e3-f405-4a6b-8c9d-0e1f2a3b4c5d/mig:3g.71gb@4", "3g.71gb@4", 42 * 2**30 + 512 * 2**20)]
+
+
+def test_the_bookings_term_says_where_its_number_came_from(tmp_path: Path) -> None:
+    """A 0 for other admissions' bookings names its source: the store read, no store yet, or not consulted."""
+    from canary.admission import EvidenceAccess, fit
+
+    def bookings_source(access: EvidenceAccess | None) -> str:
+        cert = fit(load_request(SNAP, EMB), access, utcnow())
+        hbm = next(f for f in cert.findings if f.resource == "hbm")
+        return next(t.source for t in hbm.terms if t.name == "reservations")
+
+    assert bookings_source(None).startswith("not counted: no evidence store consulted")
+    assert bookings_source(EvidenceAccess(_db(tmp_path))).startswith("no evidence store yet")
+    admit(load_request(SNAP, EMB), db_url=_db(tmp_path))  # creates the store and books memory
+    assert bookings_source(EvidenceAccess(_db(tmp_path))).startswith("evidence store: memory booked")
+
+
+@pytest.mark.parametrize("regime", ["mps:50", "MPS:50", "Mig:1g.10gb", "green:8"])
+def test_an_nvidia_only_regime_on_an_amd_device_is_an_input_error(regime: str) -> None:
+    """One check for the CLI and the service (both build the request through ``build_request``)."""
+    from canary.admission import build_request
+    from canary.backends import resolve_device
+    from canary.errors import InputError
+    from canary.policy import load_policy
+    from canary.profile import load_profile
+
+    snap = str(EXAMPLES / "snapshots" / "j-mi300x-spx.yaml")
+    with pytest.raises(InputError, match="NVIDIA-only") as cli:
+        load_request(snap, EMB, regime=regime)
+    assert cli.value.field == "--regime"
+    with pytest.raises(InputError, match="NVIDIA-only") as api:
+        build_request(resolve_device(snap), load_profile(EMB), load_policy(), regime=regime)
+    assert api.value.field == "regime"

@@ -17,17 +17,18 @@ from canary.admission.decisions import (
     Decision,
     PairEvidence,
     ProbeRun,
+    ReservationPlan,
     cache_decision,
     hard_fit_decision,
     make_certificate,
     pairs_needing_probe,
     probe_decision,
-    reservation_capacity,
+    reservation_plan,
 )
-from canary.certificate import Finding, HardFit
-from canary.hardfit.regime import Regime
+from canary.certificate import Finding, GpuInstancePlacement, HardFit
 from canary.probe.judge import Judgment
 from canary.probe.orchestrator import Outcome, ProbeResult
+from canary.regime import Regime
 from canary.snapshot import Resident
 from evidence_store.keys import PairKey
 from tests.support.paths import EXAMPLES
@@ -293,20 +294,34 @@ def test_probe_decision(
 # --------------------------------------------------------------------------- booking and the certificate
 
 
-@pytest.mark.parametrize(("regime", "findings", "reserved", "expected"), [
-    pytest.param(None, (_finding("hbm", "yes", available=10 * GiB),), 3 * GiB,
-                 ("GPU-6b7c8d9e-0f1a-4b2c-9d3e-4f5a6b7c8d9e", 13 * GiB, None),
-                 id="shared-device-books-against-free-memory-plus-what-others-booked"),
-    pytest.param(Regime("mig", mig_profile="1g.18gb"),
-                 (_finding("hbm", "yes", available=17 * GiB), _finding("mig_placement", "yes", available="start 4")),
-                 3 * GiB,
-                 ("GPU-6b7c8d9e-0f1a-4b2c-9d3e-4f5a6b7c8d9e/mig:1g.18gb@4", 17 * GiB, "1g.18gb@4"),
-                 id="mig-books-against-its-own-instance"),
+UUID = "GPU-6b7c8d9e-0f1a-4b2c-9d3e-4f5a6b7c8d9e"  # the example snapshot's device
+
+
+@pytest.mark.parametrize(("regime", "placement", "expected"), [
+    pytest.param(None, None, ReservationPlan(UUID, 2 * GiB, 13 * GiB),
+                 id="shared-device-books-the-demand-against-what-bookings-share"),
+    pytest.param(Regime("mig", mig_profile="1g.18gb"), GpuInstancePlacement(profile="1g.18gb", start=4, size=1),
+                 ReservationPlan(f"{UUID}/mig:1g.18gb@4", 2 * GiB, 13 * GiB, "1g.18gb@4"),
+                 id="mig-books-against-its-own-instance-named-by-its-start"),
 ])
-def test_reservation_capacity(regime: Regime | None, findings: tuple[Finding, ...], reserved: int,
-                              expected: tuple[str, int, str | None]) -> None:
+def test_reservation_plan(regime: Regime | None, placement: GpuInstancePlacement | None,
+                          expected: ReservationPlan) -> None:
     req = _request(regime=regime)
-    assert reservation_capacity(req, _hard("yes", *findings), reserved) == expected
+    hard = _hard("yes").model_copy(update={"memory_demand_bytes": 2 * GiB, "bookable_memory_bytes": 13 * GiB,
+                                           "mig_placement": placement})
+    assert reservation_plan(req, hard) == expected
+
+
+@pytest.mark.parametrize(("regime", "numbers"), [
+    pytest.param(None, {"memory_demand_bytes": None, "bookable_memory_bytes": 13 * GiB}, id="demand-unknown"),
+    pytest.param(None, {"memory_demand_bytes": 2 * GiB, "bookable_memory_bytes": None}, id="capacity-unknown"),
+    pytest.param(Regime("mig", mig_profile="1g.18gb"),
+                 {"memory_demand_bytes": 2 * GiB, "bookable_memory_bytes": 13 * GiB, "mig_placement": None},
+                 id="mig-without-placement"),
+])
+def test_nothing_is_booked_on_unknown_numbers(regime: Regime | None, numbers: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="nothing can be booked"):
+        reservation_plan(_request(regime=regime), _hard("yes").model_copy(update=numbers))
 
 
 @pytest.mark.parametrize(("decision", "expires", "ttl", "evidence_outcome"), [

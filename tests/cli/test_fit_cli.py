@@ -100,3 +100,89 @@ def test_gpu_fit_imports_no_sqlalchemy_or_cuda(tmp_path: Path) -> None:
             "sys.stderr.write(repr(heavy)); raise SystemExit(10 if heavy else rc)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+# What the local gpu-fit path may load besides the standard library: pydantic and what it needs,
+# PyYAML for the profile, platformdirs for the default store and cache locations. Anything else
+# (SQLAlchemy, Alembic, NVML, CUDA, numpy, httpx, anyio, the simulator, the probe runners, the
+# service) is start-up time a fit does not need.
+GPU_FIT_THIRD_PARTY = frozenset({"pydantic", "pydantic_core", "annotated_types", "typing_extensions",
+                                 "typing_inspection", "yaml", "_yaml", "cython_runtime", "platformdirs"})
+# canary's own packages on that path (``canary.<name>`` and below).
+GPU_FIT_CANARY = frozenset({"cli", "commands", "errors", "_model", "admission", "backends", "catalog", "certificate",
+                            "hardfit", "occupancy", "policy", "probe", "profile", "regime", "render", "snapshot",
+                            "tables", "units"})
+# Of canary.probe only the request check of the factory may be loaded, never a runner.
+GPU_FIT_PROBE = frozenset({"canary.probe", "canary.probe.factory"})
+# Of the store package only the pure parts (the store's URL, the pair key), never the engine.
+GPU_FIT_STORE = frozenset({"evidence_store", "evidence_store.location", "evidence_store.keys"})
+
+_MODULES_AFTER_GPU_FIT = (
+    "import sys\n"
+    "before = set(sys.modules)\n"
+    "from canary.cli import gpu_fit_main\n"
+    "rc = gpu_fit_main(sys.argv[1:])\n"
+    "import json\n"
+    "sys.stderr.write(json.dumps(sorted(set(sys.modules) - before)))\n"
+    "raise SystemExit(rc)\n"
+)
+
+
+@pytest.mark.parametrize("extra", [["--no-store"], []], ids=["no-store", "store-absent"])
+def test_gpu_fit_imports_only_the_allowed_modules(tmp_path: Path, extra: list[str]) -> None:
+    env = cli_env(tmp_path) | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("CANARY_SERVER", None)
+    proc = subprocess.run([sys.executable, "-c", _MODULES_AFTER_GPU_FIT, "h100", PROFILE, "--json", *extra],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "admit"
+    modules = json.loads(proc.stderr)
+    tops = {m.split(".")[0] for m in modules}
+    third_party = {t for t in tops if t not in sys.stdlib_module_names and t not in ("canary", "evidence_store")
+                   and not t.startswith(("_cython_", "_sysconfigdata_"))}  # PyYAML's compiled loader; sysconfig's
+    assert third_party <= GPU_FIT_THIRD_PARTY, f"not on the allow-list: {sorted(third_party - GPU_FIT_THIRD_PARTY)}"
+    ours = {m.split(".")[1] for m in modules if m.startswith("canary.")}
+    assert ours <= GPU_FIT_CANARY, f"canary modules a fit does not need: {sorted(ours - GPU_FIT_CANARY)}"
+    commands = {m for m in modules if m.startswith("canary.commands.")}
+    assert commands == {"canary.commands.fit"}, f"other command modules loaded: {sorted(commands)}"
+    probe = {m for m in modules if m == "canary.probe" or m.startswith("canary.probe.")}
+    assert probe <= GPU_FIT_PROBE, f"probe modules a fit does not need: {sorted(probe - GPU_FIT_PROBE)}"
+    store = {m for m in modules if m.split(".")[0] in ("evidence_store", "migrations")}
+    assert store <= GPU_FIT_STORE, f"store code a fit without a store does not need: {sorted(store - GPU_FIT_STORE)}"
+
+
+def test_schema_head_constant_is_alembics_head() -> None:
+    """``check_schema`` recognises a current store by ``SCHEMA_HEAD`` without importing Alembic."""
+    from evidence_store.engine import SCHEMA_HEAD, head_revisions
+
+    assert head_revisions() == (SCHEMA_HEAD,), "a new migration: set evidence_store.engine.SCHEMA_HEAD to its revision"
+
+
+@pytest.mark.slow
+def test_gpu_fit_reads_a_current_store_without_alembic(tmp_path: Path) -> None:
+    env = cli_env(tmp_path) | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    upgrade = subprocess.run([*canary_cmd(), "db", "upgrade"], capture_output=True, text=True, env=env, timeout=120)
+    assert upgrade.returncode == 0, upgrade.stderr
+    resident = str(EXAMPLES / "profiles" / "llm-decode.yaml")
+    proc = subprocess.run([sys.executable, "-c", _MODULES_AFTER_GPU_FIT, "h100", PROFILE, "--resident", resident,
+                           "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 3, proc.stderr  # fits; the store holds no evidence for the pair
+    cert = json.loads(proc.stdout)
+    assert "no evidence store" not in json.dumps(cert)  # the store was read, not skipped
+    modules = json.loads(proc.stderr)
+    assert "sqlalchemy" in modules and "alembic" not in modules
+
+
+@pytest.mark.slow
+def test_gpu_fit_refuses_an_old_store(tmp_path: Path) -> None:
+    """The fast check only recognises the current revision; any other still gets Alembic's answer."""
+    import sqlite3
+
+    db = tmp_path / "evidence.sqlite3"
+    with sqlite3.connect(db) as conn:  # a store stamped with a revision this canary does not know
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+        conn.execute("INSERT INTO alembic_version VALUES ('0123456789ab')")
+    proc = subprocess.run([*gpu_fit(), "h100", PROFILE, "--resident", str(EXAMPLES / "profiles" / "llm-decode.yaml")],
+                          capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "0123456789ab" in proc.stderr

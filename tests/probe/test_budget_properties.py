@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from canary.probe.budget import RiskBudget
+from canary.policy import RiskBudget
 from canary.probe.executors.process import ProcessExecutor
 from canary.probe.journal import MemoryJournal
 from canary.probe.orchestrator import ProbeResult, RollbackFailed, run_probe

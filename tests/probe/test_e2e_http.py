@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from canary.policy import load_policy
+from canary.policy import RiskBudget, load_policy
 from canary.probe import make_monitor
-from canary.probe.budget import RiskBudget
 from canary.probe.executors.process import ProcessExecutor
 from canary.probe.journal import MemoryJournal
 from canary.probe.orchestrator import ROLLBACK_GRACE_S, run_probe

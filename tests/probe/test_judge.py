@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from canary.probe.budget import RiskBudget
+from canary.policy import RiskBudget
 from canary.probe.judge import (
     JudgeSettings,
     WindowPair,

@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from canary.errors import ProbeError
+from canary.policy import RiskBudget
 from canary.probe import make_executor, make_monitor
-from canary.probe.budget import RiskBudget
 from canary.probe.journal import MemoryJournal
 from canary.probe.orchestrator import (
     TRANSITIONS,

@@ -37,10 +37,10 @@ def test_the_simulated_device_of_a_probe_holds_the_resident_it_watches() -> None
 
     req = load_request(str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml"),
                        str(EXAMPLES / "profiles" / "embedding-service.yaml"))
-    device, handle = simulated_device(req.snapshot, req.spec, seed=3, regime=str(req.regime), params=None,
+    device, handle = simulated_device(req.snapshot, req.spec, seed=3, regime=req.regime, params=None,
                                       resident="comms")
     assert isinstance(device, SimDevice)
     assert handle is not None and handle.startswith("resident:comms#") and handle in device.handles()
-    _, none = simulated_device(req.snapshot, req.spec, seed=3, regime=str(req.regime), params=None,
+    _, none = simulated_device(req.snapshot, req.spec, seed=3, regime=req.regime, params=None,
                                resident="not-there")
     assert none is None

@@ -111,7 +111,7 @@ def test_mig_instance_memory_and_count_are_enforced(a100: DeviceSpec, make_profi
         ("green:80", "SMs"),
         ("mig:9g.1tb", "no MIG profile"),
         ("fairshare", "unknown regime"),
-        ("timeslice:3", "unknown regime"),
+        ("timeslice:3", "takes no argument"),
     ],
 )
 def test_bad_regimes_are_input_errors(v100: DeviceSpec, regime: str, problem: str) -> None:

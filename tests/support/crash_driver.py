@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import anyio
 
-from canary.probe.budget import RiskBudget
+from canary.policy import RiskBudget
 from canary.probe.executors.process import ProcessExecutor
 from canary.probe.orchestrator import ProbeProgress, run_probe
 from evidence_store.engine import make_engine
