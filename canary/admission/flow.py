@@ -294,7 +294,7 @@ def admit(
     async def _go() -> Certificate:
         return await admit_async(req, db_url=db_url, probe=probe, progress=progress, announce=announce, seed=seed,
                                  now=now, reserve=reserve, engine=engine, monitor_wrapper=monitor_wrapper,
-                                 defer_probe=defer_probe)
+                                 defer_probe=defer_probe, evidence_as_of=evidence_as_of)
 
     return anyio.run(_go)
 
