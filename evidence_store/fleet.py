@@ -5,6 +5,13 @@ Probes for an agent's devices go through the service's probe queue (``evidence_s
 a probe is queued for a ``device_id`` and claimed — ``SELECT … FOR UPDATE SKIP LOCKED`` — only by the
 agent that publishes that device (``claim_next(devices=…)``), so a probe never runs on another node's
 GPU. Server processes leave those probes alone (``claim_next(exclude=…)``).
+
+One live agent per device: the agent that publishes a device (node + name, or its UUID) holds it until
+``claim_expires_at``, which every heartbeat renews; another agent that tries to publish it meanwhile gets
+``DeviceClaimed`` naming the holder. A stopped agent releases its claims; a dead one's lapse.
+
+The admission history is kept for ``ADMISSION_LOG_RETENTION_DAYS`` unless the operator says otherwise
+(``prune_admission_log``: ``canary db prune``, and every agent's loop).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
-from canary.errors import InputError
+from canary.errors import InputError, OperationalError
 from evidence_store.fleet_models import AdmissionLog, DriftEvent, PublishedSnapshot, WarmPlanRecord
 from evidence_store.models import Evidence
 from evidence_store.probe_queue import ProbeTicket, _close, _ticket
@@ -26,6 +33,10 @@ from evidence_store.schemas import to_utc
 from evidence_store.serve_models import ServeProbe
 
 AGENT_REF_PREFIX = "agent:"
+ADMISSION_LOG_RETENTION_DAYS = 30.0
+"""How long the admission history is kept by default: longer than any ``--since`` window the nightly
+warm job or revalidation ranks from (7 days by default), short enough that the table stays small."""
+PRUNE_BATCH = 5000
 NOTIFY_CHANNEL = "canary_probe_queued"
 """PostgreSQL channel: a new probe's ``device_id`` is announced on it when its transaction commits, so the
 agent that owns the device claims it at once instead of at its next poll (SQLite: agents poll)."""
@@ -60,6 +71,64 @@ def agent_device_id(ref: str, device_uuid: str | None) -> str:
     return device_uuid or f"snapshot:{ref}"
 
 
+class DeviceClaimed(OperationalError):
+    """Another agent that is still alive (its claim not expired) publishes the device: two agents must
+    never run probes for one GPU. ``holders`` maps each refused device ref to the holder's description."""
+
+    def __init__(self, holders: dict[str, str]) -> None:
+        self.holders = dict(holders)
+        held = "; ".join(f"{ref} is held by {who}" for ref, who in sorted(holders.items()))
+        super().__init__(f"{held}: one agent per device — stop that agent (its claim is released when it stops; "
+                         "a dead agent's claim lapses after its claim time) or give this agent other devices")
+
+
+def _holder(row: PublishedSnapshot, now: datetime) -> str:
+    beat = (now - row.published_at).total_seconds()
+    left = (row.claim_expires_at - now).total_seconds()
+    return (f"agent {row.agent} (last heartbeat {beat:.0f} s ago, claim expires in {left:.0f} s "
+            f"at {row.claim_expires_at.isoformat(timespec='seconds')})")
+
+
+def _held_by_other(row: PublishedSnapshot | None, agent: str, now: datetime) -> bool:
+    return row is not None and row.agent != agent and to_utc(row.claim_expires_at) > now
+
+
+def claim_conflicts(session: Session, *, node: str, names: Sequence[str], agent: str, now: datetime) -> dict[str, str]:
+    """The devices among ``node``/``names`` that another live agent holds, ref → the holder (an agent's
+    check before its first heartbeat; ``publish`` checks again under the row lock)."""
+    now = to_utc(now)
+    refs = [agent_ref(node, n) for n in names]
+    rows = session.scalars(select(PublishedSnapshot).where(PublishedSnapshot.ref.in_(refs))).all()
+    return {r.ref: _holder(r, now) for r in rows if _held_by_other(r, agent, now)}
+
+
+def renew_claim(session: Session, *, node: str, name: str, agent: str, now: datetime, claim_s: float) -> bool:
+    """Keep ``agent``'s claim on a device it could not read this heartbeat, without refreshing the
+    snapshot (which goes stale, so decisions on it answer unknown). Raises ``DeviceClaimed`` when
+    another live agent holds it; returns whether a claim of ``agent``'s was renewed."""
+    now = to_utc(now)
+    row = session.scalars(select(PublishedSnapshot).where(PublishedSnapshot.ref == agent_ref(node, name))
+                          .with_for_update()).first()
+    if row is None:
+        return False
+    if _held_by_other(row, agent, now):
+        raise DeviceClaimed({row.ref: _holder(row, now)})
+    if row.agent != agent:
+        return False
+    row.claim_expires_at = now + timedelta(seconds=claim_s)
+    session.flush()
+    return True
+
+
+def release_claims(session: Session, *, agent: str, now: datetime) -> int:
+    """A stopping agent gives its devices up at once (their snapshots stay, and go stale)."""
+    rows = session.scalars(select(PublishedSnapshot).where(PublishedSnapshot.agent == agent)).all()
+    for row in rows:
+        row.claim_expires_at = min(to_utc(row.claim_expires_at), to_utc(now))
+    session.flush()
+    return len(rows)
+
+
 @dataclass(frozen=True, slots=True)
 class Published:
     device_id: str
@@ -73,6 +142,7 @@ class Published:
     taken_at: datetime
     published_at: datetime
     draining: bool
+    claim_expires_at: datetime
 
     def age_s(self, now: datetime) -> float:
         return (to_utc(now) - self.taken_at).total_seconds()
@@ -80,7 +150,8 @@ class Published:
 
 def _published(row: PublishedSnapshot) -> Published:
     return Published(row.device_id, row.ref, row.node, row.name, row.agent, row.device_type, row.driver_version,
-                     dict(row.snapshot_json), row.taken_at, row.published_at, row.draining)
+                     dict(row.snapshot_json), row.taken_at, row.published_at, row.draining,
+                     row.claim_expires_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,28 +164,47 @@ class PublishResult:
 
 def publish(session: Session, *, node: str, name: str, agent: str, snapshot_json: dict[str, Any],
             device_type: str, driver_version: str | None, device_uuid: str | None, taken_at: datetime,
-            now: datetime, draining: bool | None = None) -> PublishResult:
-    """Insert or refresh the device's row (the agent's heartbeat). ``draining=None`` keeps what the
-    row says (``canary agent drain`` sets it while the agent runs)."""
+            now: datetime, claim_s: float, draining: bool | None = None) -> PublishResult:
+    """Insert or refresh the device's row (the agent's heartbeat) and renew ``agent``'s claim on it for
+    ``claim_s``. Raises ``DeviceClaimed`` when another agent's claim on the name or on the device (its
+    UUID) is still live. ``draining=None`` keeps what the row says (``canary agent drain`` sets it while
+    the agent runs)."""
+    if not claim_s > 0:
+        raise InputError(f"must be positive, got {claim_s}", field="claim_s")
     ref = agent_ref(node, name)
     device_id = agent_device_id(ref, device_uuid)
     now, taken_at = to_utc(now), to_utc(taken_at)
+    claim_until = now + timedelta(seconds=claim_s)
     row = session.get(PublishedSnapshot, device_id, with_for_update=True)
+    by_ref = row if row is not None and row.ref == ref else session.scalars(
+        select(PublishedSnapshot).where(PublishedSnapshot.ref == ref).with_for_update()).first()
+    held: dict[str, str] = {}
+    if by_ref is not None and _held_by_other(by_ref, agent, now):
+        held[ref] = _holder(by_ref, now)
+    if row is not None and row is not by_ref and _held_by_other(row, agent, now):  # the same GPU, another name
+        held[f"{ref} (device {device_id}, published as {row.ref})"] = _holder(row, now)
+    if held:
+        raise DeviceClaimed(held)
     if row is None:
-        stale_ref = session.scalars(select(PublishedSnapshot).where(PublishedSnapshot.ref == ref)).first()
-        if stale_ref is not None:  # the device behind this name changed (another UUID): replace the row
-            session.delete(stale_ref)
+        if by_ref is not None:  # the device behind this name changed (another UUID): replace the row
+            session.delete(by_ref)
             session.flush()
         row = PublishedSnapshot(device_id=device_id, ref=ref, node=node, name=name, agent=agent,
                                 device_type=device_type, driver_version=driver_version, snapshot_json=snapshot_json,
-                                taken_at=taken_at, published_at=now, draining=bool(draining))
+                                taken_at=taken_at, published_at=now, draining=bool(draining),
+                                claim_expires_at=claim_until)
         session.add(row)
         session.flush()
         return PublishResult(_published(row), None, False)
+    if by_ref is not None and by_ref is not row:  # this name pointed at another device: it is this one now
+        session.delete(by_ref)
+        session.flush()
     previous = row.driver_version
     changed = previous != driver_version and row.device_type == device_type
+    row.ref, row.node, row.name = ref, node, name
     row.agent, row.device_type, row.driver_version = agent, device_type, driver_version
     row.snapshot_json, row.taken_at, row.published_at = snapshot_json, taken_at, now
+    row.claim_expires_at = claim_until
     if draining is not None:
         row.draining = draining
     session.flush()
@@ -189,6 +279,27 @@ def log_admission(session: Session, *, pair_digest: str, key_digests: Sequence[s
                              key_digests=sorted(key_digests), device_type=device_type, device_id=device_id,
                              label=label[:600], verdict=verdict, request_json=dict(request_json)))
     session.flush()
+
+
+def prune_admission_log(session: Session, *, before: datetime, limit: int = PRUNE_BATCH) -> int:
+    """Delete at most ``limit`` rows of the admission history older than ``before``; returns how many.
+    Callers commit after each call and call again while it returns ``limit``, so a large backlog is
+    removed in short transactions that never hold one long lock."""
+    ids = list(session.scalars(select(AdmissionLog.id).where(AdmissionLog.at < to_utc(before)).limit(limit)))
+    if ids:
+        session.execute(delete(AdmissionLog).where(AdmissionLog.id.in_(ids)))
+        session.flush()
+    return len(ids)
+
+
+def count_admissions_before(session: Session, before: datetime) -> int:
+    return int(session.scalar(select(func.count()).select_from(AdmissionLog).where(AdmissionLog.at < to_utc(before)))
+               or 0)
+
+
+def oldest_admission(session: Session) -> datetime | None:
+    value = session.scalar(select(func.min(AdmissionLog.at)))
+    return None if value is None else to_utc(value)
 
 
 @dataclass(frozen=True, slots=True)

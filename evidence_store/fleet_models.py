@@ -7,7 +7,10 @@ Alembic and the schema test). The migration ``2026-12-01_e5a7c9d2b418_agents`` b
 * ``published_snapshots``: one row per device a node agent owns — the device's current snapshot by
   value, its driver version and when it was taken. ``device_id`` is what probes and reservations are
   keyed by (``Request.device_id``); ``ref`` is how a request names the device (``agent:NODE/NAME``).
-  A probe queued for ``device_id`` is claimed only by the agent whose row this is.
+  A probe queued for ``device_id`` is claimed only by the agent whose row this is. ``agent`` holds the
+  device (node + name) until ``claim_expires_at``, renewed on every heartbeat: a second agent for the
+  same device is refused while the claim is live, and a dead agent's claim lapses (migration
+  ``2026-12-01_40fac08a1a46_agent_claims``).
 * ``admission_log``: every admission the service answered (documents by value), the source of the
   hot pairs a driver change revalidates and of ``canary warm --from-history``.
 * ``drift_events``: a driver change an agent saw, what it marked stale and the probes it queued.
@@ -40,6 +43,8 @@ class PublishedSnapshot(Base):
     taken_at: Mapped[datetime] = mapped_column(UTCDateTime())
     published_at: Mapped[datetime] = mapped_column(UTCDateTime())
     draining: Mapped[bool] = mapped_column(Boolean)
+    claim_expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    """Until when ``agent`` holds the device; renewed by its heartbeat, set to the stop time when it stops."""
 
 
 class AdmissionLog(Base):

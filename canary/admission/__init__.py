@@ -3,7 +3,7 @@
 One package, four parts (docs/architecture.md):
 
 - ``request``: loading one admission question (``load_request``, ``build_request``,
-  ``request_from_json``, ``Request``, ``pair_key``);
+  ``request_from_json``, ``fresh_until_from_json``, ``Request``, ``pair_key``);
 - ``decisions``: what stage 1, the evidence and the probes mean, as pure functions
   (``hard_fit_decision``, ``cache_decision``, ``probe_decision`` → ``Decision``; ``make_certificate``);
 - ``store``: admission's access to the evidence store (``EvidenceAccess``, ``store_url``,
@@ -31,10 +31,19 @@ from canary.admission.decisions import (
     probe_decision,
 )
 from canary.admission.flow import admit, admit_async, fit, pairs_to_probe, record_feedback, utcnow
-from canary.admission.request import Request, build_request, load_request, pair_key, request_from_json
+from canary.admission.request import (
+    FRESH_UNTIL_FIELD,
+    Request,
+    build_request,
+    fresh_until_from_json,
+    load_request,
+    pair_key,
+    request_from_json,
+)
 from canary.admission.store import EvidenceAccess, open_store_for_writing, store_exists, store_url
 
 __all__ = [
+    "FRESH_UNTIL_FIELD",
     "REVALIDATION_TRIGGERS",
     "Decision",
     "EvidenceAccess",
@@ -46,6 +55,7 @@ __all__ = [
     "build_request",
     "cache_decision",
     "fit",
+    "fresh_until_from_json",
     "hard_fit",
     "hard_fit_decision",
     "load_request",

@@ -81,15 +81,17 @@ def _fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certi
     return make_certificate(req, hard, decision, now)
 
 
-def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime) -> list[PairKey]:
+def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime, *,
+                   evidence_as_of: dt.datetime | None = None) -> list[PairKey]:
     """The pair keys ``admit_async`` would probe for this request now; empty when stage 1 or the
     evidence decides without a probe (or a resident without a profile makes a probe pointless).
-    The service uses it to coordinate probes (one per pair key) before deciding."""
+    The service uses it to coordinate probes (one per pair key) before deciding.
+    ``evidence_as_of``: only evidence still fresh then counts (``EvidenceAccess.lookup``'s ``as_of``)."""
     reserved, source = access.bookings(req.device_id, now)
     hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
     if hard_fit_decision(req, hard) is not None:
         return []
-    evidence = [access.lookup(req, r, now) for r in req.snapshot.residents]
+    evidence = [access.lookup(req, r, now, as_of=evidence_as_of) for r in req.snapshot.residents]
     if cache_decision(req, evidence).verdict != "unknown":
         return []
     return pairs_needing_probe(evidence)
@@ -108,6 +110,7 @@ async def admit_async(
     engine: Engine | None = None,
     monitor_wrapper: MonitorWrapper | None = None,
     defer_probe: Callable[[list[PairKey]], None] | None = None,
+    evidence_as_of: dt.datetime | None = None,
 ) -> Certificate:
     """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
     reservation and certificate committed together (or nothing). ``now`` is a clock function.
@@ -117,7 +120,9 @@ async def admit_async(
     ``monitor_wrapper`` lets a caller wrap each probe's monitor, e.g. the service pacing simulated
     windows in wall time. ``defer_probe`` (a function of the pair keys to probe) is called before any
     probe starts, with nothing written yet; the service passes one that raises to hand the probe to
-    its coordinator (one probe per pair key) instead of running it here."""
+    its coordinator (one probe per pair key) instead of running it here. ``evidence_as_of`` (a time
+    after now): evidence that expires before it counts as missing, so its pair is probed (the nightly
+    warm job's "fresh until"); default: as of now."""
     from evidence_store.certificates import record_certificate
     from evidence_store.engine import session_scope
     from evidence_store.errors import ReservationConflict
@@ -137,7 +142,8 @@ async def admit_async(
         reserved, source = access.bookings(req.device_id, started)
         hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
         decision = hard_fit_decision(req, hard)
-        evidence = None if decision is not None else [access.lookup(req, r, started) for r in req.snapshot.residents]
+        evidence = None if decision is not None else [access.lookup(req, r, started, as_of=evidence_as_of)
+                                                      for r in req.snapshot.residents]
     runs: list[ProbeRun] = []
     if decision is None:
         assert evidence is not None
@@ -280,6 +286,7 @@ def admit(
     engine: Engine | None = None,
     monitor_wrapper: MonitorWrapper | None = None,
     defer_probe: Callable[[list[PairKey]], None] | None = None,
+    evidence_as_of: dt.datetime | None = None,
 ) -> Certificate:
     """``admit_async`` from synchronous code."""
     import anyio
@@ -287,7 +294,7 @@ def admit(
     async def _go() -> Certificate:
         return await admit_async(req, db_url=db_url, probe=probe, progress=progress, announce=announce, seed=seed,
                                  now=now, reserve=reserve, engine=engine, monitor_wrapper=monitor_wrapper,
-                                 defer_probe=defer_probe)
+                                 defer_probe=defer_probe, evidence_as_of=evidence_as_of)
 
     return anyio.run(_go)
 

@@ -6,6 +6,7 @@ candidate profile, the policy and the settled regime. Nothing here reads the evi
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,25 @@ def build_request(
     else:
         chosen, why = choose_regime(snap, device.spec, candidate, policy)
     return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why)
+
+
+FRESH_UNTIL_FIELD = "evidence_fresh_until"
+"""A queued request's optional field: the ISO time until which its evidence must stay fresh (the
+nightly warm job's window); the probe runner passes it to ``admit_async(evidence_as_of=…)``."""
+
+
+def fresh_until_from_json(data: Mapping[str, object], *, what: str = "queued") -> dt.datetime | None:
+    """``FRESH_UNTIL_FIELD`` of a queued request (timezone-aware), or ``None`` when absent."""
+    value = data.get(FRESH_UNTIL_FIELD)
+    if value is None:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        raise InputError(f"{value!r} is not an ISO time", file=f"{what} request", field=FRESH_UNTIL_FIELD) from None
+    if when.tzinfo is None:
+        raise InputError(f"{value!r} has no time zone", file=f"{what} request", field=FRESH_UNTIL_FIELD)
+    return when
 
 
 def request_from_json(

@@ -106,7 +106,11 @@ class EvidenceAccess:
             return 0, f"no evidence store yet ({self.url}): no admission could have booked memory"
         return self.reserved_bytes(device_id, now), "evidence store: memory booked by other admissions on this device"
 
-    def lookup(self, req: Request, resident: Resident, now: dt.datetime) -> PairEvidence:
+    def lookup(self, req: Request, resident: Resident, now: dt.datetime, *,
+               as_of: dt.datetime | None = None) -> PairEvidence:
+        """The pooled evidence for (``resident``, the candidate) that is fresh at ``as_of`` (default
+        ``now``; an earlier time counts as ``now``: a lookup never revives expired evidence)."""
+        at = now if as_of is None or as_of <= now else as_of
         if resident.profile is None:
             return PairEvidence(resident.name, None, None,
                                 reason=f"resident {resident.name} has no profile, so no pairwise evidence can be keyed")
@@ -121,7 +125,7 @@ class EvidenceAccess:
             session,
             key,
             driver_version=req.snapshot.driver_version,
-            now=now,
+            now=at,
             ttl_s=policy.evidence_ttl_s,
             allow_cross_driver=policy.allow_cross_driver_evidence,
             cross_driver_confidence_factor=policy.cross_driver_confidence_factor,
@@ -140,7 +144,8 @@ class EvidenceAccess:
             interval_pct=interval,
             sources=tuple(res.sources),
             cross_driver=res.cross_driver,
-            reason=res.reason,
+            reason=res.reason if at == now or res.outcome is not None else
+            f"{res.reason} (looked up as of {at.isoformat(timespec='seconds')}: evidence must stay fresh until then)",
         )
 
 

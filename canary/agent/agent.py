@@ -20,7 +20,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ import anyio.to_thread
 from sqlalchemy import Engine
 
 from canary.agent.config import AgentConfig
+from canary.errors import InputError
 from canary.policy import Policy, load_policy
 from canary.snapshot import DeviceSnapshot
 from evidence_store import fleet, probe_queue
@@ -37,6 +38,7 @@ from evidence_store.engine import session_scope
 log = logging.getLogger("canary.agent")
 
 _LIVE_PREFIXES = ("nvml:", "cuda:", "rocm:")
+PRUNE_EVERY_S = 3600.0
 
 
 def utcnow() -> dt.datetime:
@@ -93,6 +95,21 @@ def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, po
     return DriftOutcome(event_id, stale, probes)
 
 
+@contextlib.contextmanager
+def unwrap_claimed() -> Iterator[None]:
+    """A task group reports a task's ``DeviceClaimed`` inside an exception group: raise it as itself,
+    so the command line shows its one clear line."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        found: BaseException | None = group.subgroup(fleet.DeviceClaimed)
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        if found is None:
+            raise
+        raise found from None
+
+
 def _wait_notify(conn: Any) -> list[str]:
     """The next notification's payload, or none within a second (so cancellation is noticed)."""
     return [n.payload for n in conn.notifies(timeout=1.0, stop_after=1)]
@@ -128,36 +145,41 @@ class Agent:
         self.runner = AgentRunner(engine, runner_config, Metrics())
         self.runner.owner = self.owner
 
+    def claim(self) -> None:
+        """Refuse to start while another live agent holds one of this node's devices (``DeviceClaimed``
+        names it). The first heartbeat then takes the devices; ``publish`` checks again under the lock."""
+        with session_scope(self.engine, read_only=True) as session:
+            held = fleet.claim_conflicts(session, node=self.config.node, names=list(self.config.devices),
+                                         agent=self.owner, now=utcnow())
+        if held:
+            raise fleet.DeviceClaimed(held)
+
+    def release(self) -> None:
+        """Give this agent's devices up (it is stopping): another agent may take them at once."""
+        with session_scope(self.engine) as session:
+            fleet.release_claims(session, agent=self.owner, now=utcnow())
+
     def heartbeat(self) -> list[DriftOutcome]:
-        """Publish every device once (blocking; run in a worker thread). Returns the drift events seen."""
-        drifts: list[DriftOutcome] = []
-        ids: set[str] = set()
-        draining = True
-        for name, source in self.config.devices.items():
-            now = utcnow()
+        """Publish every device once (blocking; run in a worker thread), all in one transaction, so an
+        agent that meets another's live claim publishes nothing (``DeviceClaimed``). Returns the drift
+        events seen."""
+        snaps: dict[str, DeviceSnapshot] = {}
+        for name, source in sorted(self.config.devices.items()):
             try:
-                snap = read_device(source, now)
+                snaps[name] = read_device(source, utcnow())
             except Exception as exc:  # the device cannot be read: stop refreshing it, so it goes stale
                 self.last_errors[name] = f"{type(exc).__name__}: {exc}"
                 log.warning("device %s (%s) not published: %s", name, source, exc)
                 continue
             self.last_errors.pop(name, None)
-            with session_scope(self.engine) as session:
-                result = fleet.publish(
-                    session, node=self.config.node, name=name, agent=self.owner,
-                    snapshot_json=snap.model_dump(mode="json"), device_type=snap.device_type,
-                    driver_version=snap.driver_version, device_uuid=snap.uuid,
-                    taken_at=snap.taken_at or now, now=now)
-                ids.add(result.published.device_id)
-                draining = draining and result.published.draining
-                if result.driver_changed:
-                    history = now - dt.timedelta(days=self.config.history_days)
-                    drift = revalidate(session, result.published, old_driver=result.previous_driver,
-                                       policy=self.policy, now=now, history_since=history)
-                    drifts.append(drift)
-                    log.warning("driver of %s changed %s → %s: %d record(s) marked stale, %d revalidation probe(s)",
-                                result.published.ref, result.previous_driver, result.published.driver_version,
-                                drift.stale_marked, len(drift.probes))
+        for attempt in range(2):
+            try:
+                with session_scope(self.engine) as session:
+                    ids, draining, drifts = self._publish_all(session, snaps)
+                break
+            except InputError:  # another agent inserted the same device row at the same moment:
+                if attempt:     # read again, now its claim is seen (DeviceClaimed)
+                    raise
         self.device_ids = ids
         self.draining = draining and bool(ids)
         for drift in drifts:
@@ -165,28 +187,86 @@ class Agent:
                 self.on_drift(drift)
         return drifts
 
+    def _publish_all(self, session: Any, snaps: dict[str, DeviceSnapshot]) -> tuple[set[str], bool, list[DriftOutcome]]:
+        ids: set[str] = set()
+        draining = True
+        drifts: list[DriftOutcome] = []
+        for name in sorted(set(self.config.devices) - set(snaps)):  # unreadable now: still this agent's
+            fleet.renew_claim(session, node=self.config.node, name=name, agent=self.owner, now=utcnow(),
+                              claim_s=self.config.claim_duration_s)
+        for name, snap in snaps.items():
+            now = utcnow()
+            result = fleet.publish(
+                session, node=self.config.node, name=name, agent=self.owner,
+                snapshot_json=snap.model_dump(mode="json"), device_type=snap.device_type,
+                driver_version=snap.driver_version, device_uuid=snap.uuid,
+                taken_at=snap.taken_at or now, now=now, claim_s=self.config.claim_duration_s)
+            ids.add(result.published.device_id)
+            draining = draining and result.published.draining
+            if result.driver_changed:
+                history = now - dt.timedelta(days=self.config.history_days)
+                drift = revalidate(session, result.published, old_driver=result.previous_driver,
+                                   policy=self.policy, now=now, history_since=history)
+                drifts.append(drift)
+                log.warning("driver of %s changed %s → %s: %d record(s) marked stale, %d revalidation probe(s)",
+                            result.published.ref, result.previous_driver, result.published.driver_version,
+                            drift.stale_marked, len(drift.probes))
+        return ids, draining, drifts
+
+    def prune_history(self) -> int:
+        """Delete admission history older than the configured retention (blocking)."""
+        from canary.jobs.history import prune_admission_log
+
+        retention_s = self.config.admission_log_retention_days * 86400
+        return prune_admission_log(self.engine, before=utcnow() - dt.timedelta(seconds=retention_s)).deleted
+
     async def run(self, *, stop: anyio.Event | None = None) -> None:
-        """Heartbeat and run probes until cancelled (or ``stop`` is set)."""
-        async with anyio.create_task_group() as tg:
-            await anyio.to_thread.run_sync(self.heartbeat)
-            tg.start_soon(self.runner.serve)
-            tg.start_soon(self._beat)
-            if self.engine.dialect.name == "postgresql":
-                tg.start_soon(self._listen)
-            if stop is not None:
-                await stop.wait()
-                tg.cancel_scope.cancel()
+        """Heartbeat and run probes until cancelled (or ``stop`` is set). Raises ``DeviceClaimed``
+        before anything is published when another live agent holds one of the devices, and later when
+        another agent took a device over (this one had stopped renewing its claim, e.g. suspended);
+        the claims are released when it stops."""
+        await anyio.to_thread.run_sync(self.claim)
+        try:
+            with unwrap_claimed():
+                async with anyio.create_task_group() as tg:
+                    await anyio.to_thread.run_sync(self.heartbeat)
+                    tg.start_soon(self.runner.serve)
+                    tg.start_soon(self._beat)
+                    tg.start_soon(self._prune)
+                    if self.engine.dialect.name == "postgresql":
+                        tg.start_soon(self._listen)
+                    if stop is not None:
+                        await stop.wait()
+                        tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await anyio.to_thread.run_sync(self.release)
 
     async def _beat(self) -> None:
         while True:
             await anyio.sleep(self.config.heartbeat_s)
             try:
                 drifts = await anyio.to_thread.run_sync(self.heartbeat)
+            except fleet.DeviceClaimed:
+                raise  # another agent holds a device now: this one must stop running its probes
             except Exception as exc:  # the store may be away for a while: keep trying, say why
                 log.warning("heartbeat failed: %s", exc)
                 continue
             if drifts:
                 self.runner.wake()
+
+    async def _prune(self) -> None:
+        """Keep the admission history within its retention: at start, then every ``PRUNE_EVERY_S``. Every
+        agent does it (deleting what another agent already deleted is a no-op)."""
+        while True:
+            try:
+                deleted = await anyio.to_thread.run_sync(self.prune_history)
+                if deleted:
+                    log.info("admission history: %d row(s) older than %g days deleted", deleted,
+                             self.config.admission_log_retention_days)
+            except Exception as exc:
+                log.warning("admission history not pruned: %s", exc)
+            await anyio.sleep(PRUNE_EVERY_S)
 
     async def _listen(self) -> None:
         """PostgreSQL: wake the probe runner as soon as a probe is queued for one of this node's devices

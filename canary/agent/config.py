@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from canary._model import load_document
 
@@ -26,6 +26,26 @@ class AgentConfig(BaseModel):
     history_days: float = Field(default=7.0, gt=0, le=365, description="admission history that ranks hot pairs")
     sim_time_scale: float = Field(default=0.0, ge=0.0, le=1.0,
                                   description="wall seconds a simulated probe holds its device per simulated second")
+    claim_s: float | None = Field(
+        default=None, gt=0, le=3600, description="how long a heartbeat holds this node's devices against a second "
+        "agent (default: three heartbeats, at least 15 s); a dead agent's claim lapses after it")
+    admission_log_retention_days: float = Field(
+        default=30.0, gt=0, le=3650, description="admission history older than this is deleted by the agent's "
+        "loop (hourly); must cover history_days")
+
+    @model_validator(mode="after")
+    def _windows(self) -> AgentConfig:
+        if self.claim_s is not None and self.claim_s < 2 * self.heartbeat_s:
+            raise ValueError(f"claim_s ({self.claim_s:g}) must be at least two heartbeats "
+                             f"({2 * self.heartbeat_s:g} s), or a busy agent loses its own devices")
+        if self.history_days > self.admission_log_retention_days:
+            raise ValueError(f"history_days ({self.history_days:g}) ranks hot pairs from history that "
+                             f"admission_log_retention_days ({self.admission_log_retention_days:g}) has deleted")
+        return self
+
+    @property
+    def claim_duration_s(self) -> float:
+        return self.claim_s if self.claim_s is not None else max(3 * self.heartbeat_s, 15.0)
 
     @field_validator("node")
     @classmethod

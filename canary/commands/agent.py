@@ -23,6 +23,9 @@ def add_parser(sub: Any) -> None:
                      help="a local device: nvml:N, rocm:N, cuda:N or a snapshot file (repeatable)")
     run.add_argument("--heartbeat-s", type=float)
     run.add_argument("--lease-s", type=float)
+    run.add_argument("--claim-s", type=float,
+                     help="how long a heartbeat holds the devices against a second agent (default: 3 heartbeats, "
+                     "at least 15 s)")
     run.add_argument("--policy")
     run.add_argument("--sim-time-scale", type=float)
     run.add_argument("--once", action="store_true", help="publish once, print what was published, and exit")
@@ -74,6 +77,7 @@ def build_config(args: argparse.Namespace) -> Any:
     devices = dict(data.get("devices") or {})
     devices.update(dict(_parse_device(d) for d in args.device_specs))
     overrides = {"node": args.node, "heartbeat_s": args.heartbeat_s, "lease_s": args.lease_s,
+                 "claim_s": args.claim_s,
                  "policy": args.policy, "sim_time_scale": args.sim_time_scale, "db_url": args.db}
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["devices"] = devices
@@ -106,10 +110,16 @@ def run_agent(args: argparse.Namespace) -> int:
         f"canary agent: driver change: event {d.event_id}, {d.stale_marked} record(s) marked stale, "
         f"{len(d.probes)} revalidation probe(s) queued\n"))
     if args.once:
-        agent.heartbeat()
+        agent.claim()
+        try:
+            agent.heartbeat()
+        finally:
+            agent.release()
         sys.stdout.write(json.dumps({"owner": agent.owner, "devices": sorted(agent.device_ids),
                                      "errors": agent.last_errors}, indent=2) + "\n")
         return 4 if agent.last_errors else 0
+
+    agent.claim()  # another live agent holds a device: one line naming it, before anything is said or done
 
     async def main() -> None:
         stop = anyio.Event()
@@ -127,7 +137,10 @@ def run_agent(args: argparse.Namespace) -> int:
                 await agent.run(stop=stop)
                 tg.cancel_scope.cancel()
 
-    anyio.run(main)
+    from canary.agent.agent import unwrap_claimed
+
+    with unwrap_claimed():
+        anyio.run(main)
     return 0
 
 
@@ -150,11 +163,14 @@ def run_list(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps([{"ref": r.ref, "device_id": r.device_id, "node": r.node, "agent": r.agent,
                                       "device_type": r.device_type, "driver_version": r.driver_version,
                                       "taken_at": r.taken_at.isoformat(), "age_s": round(r.age_s(now), 3),
-                                      "draining": r.draining} for r in rows], indent=2) + "\n")
+                                      "draining": r.draining, "claim_expires_at": r.claim_expires_at.isoformat(),
+                                      "claimed": r.claim_expires_at > now} for r in rows], indent=2) + "\n")
         return 0
-    sys.stdout.write(table(["device", "type", "driver", "age", "state", "agent"], [
+    sys.stdout.write(table(["device", "type", "driver", "age", "state", "agent", "claim"], [
         [r.ref, r.device_type, r.driver_version or "–", f"{r.age_s(now):.0f} s",
-         "draining" if r.draining else "active", r.agent] for r in rows]) + "\n")
+         "draining" if r.draining else "active", r.agent,
+         f"{(r.claim_expires_at - now).total_seconds():.0f} s left" if r.claim_expires_at > now else "free"]
+        for r in rows]) + "\n")
     return 0
 
 

@@ -1,7 +1,12 @@
-"""``canary db upgrade|current|downgrade [REV]`` — the evidence store's schema.
+"""``canary db upgrade|current|downgrade [REV]`` — the evidence store's schema;
+``canary db prune`` — its retention.
 
 The store is never migrated behind the user's back: every other command refuses a store that is not
 at the newest revision and says to run ``canary db upgrade``.
+
+``prune`` deletes the admission history (what the service logs for every admission, the source of
+``canary warm --from-history`` and of driver-change revalidation) older than ``--admission-log-older-than``
+(default 30 days). Node agents do the same hourly with their ``admission_log_retention_days``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from canary.errors import EXIT_ADMIT
 
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "db", help="evidence store schema: upgrade, current, downgrade", description=__doc__
+        "db", help="evidence store schema: upgrade, current, downgrade; retention: prune", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="db_command", metavar="ACTION", required=True)
 
@@ -35,6 +41,13 @@ def add_parser(subparsers: Any) -> None:
     down.add_argument("--yes", action="store_true",
                       help="do it (without: say which revisions and how many rows it would remove)")
     down.set_defaults(handler=run_downgrade)
+
+    prune = sub.add_parser("prune", help="delete admission history older than the retention (default 30d)")
+    prune.add_argument("--admission-log-older-than", dest="older_than", default=None, metavar="AGE",
+                       help="age beyond which admission history is deleted: 30d, 12h, 2w (default: 30d)")
+    prune.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
+    prune.add_argument("--json", action="store_true")
+    prune.set_defaults(handler=run_prune)
 
 
 def _describe(url: str | None) -> str:
@@ -96,4 +109,39 @@ def run_downgrade(args: argparse.Namespace) -> int:
         )
     downgrade(args.db, args.revision)
     sys.stdout.write(_describe(args.db) + "\n")
+    return EXIT_ADMIT
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    import datetime as dt
+    import json
+
+    from canary.admission import open_store_for_writing
+    from canary.jobs.history import parse_duration, prune_admission_log
+    from evidence_store.fleet import ADMISSION_LOG_RETENTION_DAYS
+
+    text = args.older_than if args.older_than is not None else f"{ADMISSION_LOG_RETENTION_DAYS:g}d"
+    age_s = parse_duration(text, "--admission-log-older-than")
+    now = dt.datetime.now(dt.UTC)
+    try:
+        before = now - dt.timedelta(seconds=age_s)
+    except OverflowError:
+        from canary.errors import InputError
+
+        raise InputError(f"{text!r} reaches back before year 1", field="--admission-log-older-than") from None
+    engine = open_store_for_writing(args.db)
+    try:
+        report = prune_admission_log(engine, before=before, dry_run=args.dry_run)
+    finally:
+        engine.dispose()
+    oldest = None if report.remaining_oldest is None else report.remaining_oldest.isoformat()
+    if args.json:
+        sys.stdout.write(json.dumps({"table": "admission_log", "older_than": text, "before": before.isoformat(),
+                                     "dry_run": args.dry_run, "deleted": 0 if args.dry_run else report.deleted,
+                                     "would_delete": report.deleted if args.dry_run else None,
+                                     "oldest_kept": oldest}, indent=2) + "\n")
+        return EXIT_ADMIT
+    verb = "would delete" if args.dry_run else "deleted"
+    sys.stdout.write(f"admission_log: {verb} {report.deleted} row(s) older than {text} (before "
+                     f"{before.isoformat(timespec='seconds')}); oldest row now: {oldest or 'none'}\n")
     return EXIT_ADMIT

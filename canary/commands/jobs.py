@@ -200,6 +200,8 @@ def run_recover(args: argparse.Namespace) -> int:
 
 def run_warm_history(args: argparse.Namespace) -> int:
     """``canary warm --from-history``: print the plan, store it with the run, run it (docs/operations.md)."""
+    import datetime as dt
+
     import anyio
 
     from canary.admission import open_store_for_writing, utcnow
@@ -233,9 +235,12 @@ def run_warm_history(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps({"run_id": run_id, "plan": [], "pairs": []}) + "\n")
         return 0
 
+    # evidence that expires inside the window is not fresh for this run: its pairs are probed again
+    fresh_until = None if within_s is None else now + dt.timedelta(seconds=within_s)
+
     async def go() -> WarmReport:
         return await warm_from_history(plan, engine=engine, run_id=run_id, params=params, budget_s=budget_s,
-                                       seed=args.seed, progress=_progress)
+                                       fresh_until=fresh_until, seed=args.seed, progress=_progress)
 
     report = anyio.run(go)
     if args.json:

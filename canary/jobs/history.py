@@ -9,6 +9,13 @@ The plan is stored with the run (``warm_plans``) before anything runs, and again
 outcome at the end. A pair on a device a node agent owns is queued for that agent (a probe never runs
 on another node's GPU); the others are probed here, inside the time budget, like ``canary warm``:
 pairs with fresh evidence are answered from it and not probed again.
+
+**Fresh until.** With ``--expiring-within W`` the run asks for evidence that is still fresh at
+``now + W`` ("fresh until"): evidence that expires inside the window counts as missing, so its pair is
+probed again tonight instead of being answered "fresh" and expiring tomorrow. The evidence lookups
+run as of that time — here (``admit_async(evidence_as_of=…)``), in the check before a pair is queued
+for an agent, and on the agent (the queued request carries ``evidence_fresh_until``). Without a
+window the lookups run as of now, as every admission's do.
 """
 
 from __future__ import annotations
@@ -87,11 +94,16 @@ def build_plan(session: Any, *, now: dt.datetime, since_s: float, expiring_withi
 
 
 async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, params: dict[str, Any],
-                            budget_s: float, seed: int = 0,
+                            budget_s: float, seed: int = 0, fresh_until: dt.datetime | None = None,
                             progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
-    from canary.admission import admit_async, utcnow
+    """Run the plan. ``fresh_until`` (the plan's build time + ``--expiring-within``): evidence that
+    expires before it does not count as fresh, so those pairs are probed again; ``None``: as of now."""
+    from canary.admission import FRESH_UNTIL_FIELD, admit_async, utcnow
     from evidence_store import fleet
     from evidence_store.engine import session_scope
+
+    if fresh_until is not None:
+        params = {**params, "evidence_fresh_until": fresh_until.isoformat()}
 
     with session_scope(engine) as session:
         fleet.store_warm_plan(session, run_id=run_id, params=params, plan=[e.summary() for e in plan], now=utcnow())
@@ -110,9 +122,12 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                 else:
                     request_json = {**entry.request_json, "reserve": False}
                     request_json["device"] = {**request_json["device"], "snapshot": pub.snapshot_json}
-                    if not _needs_probe(request_json, engine):
+                    if fresh_until is not None:  # the agent looks evidence up as of the same time
+                        request_json[FRESH_UNTIL_FIELD] = fresh_until.isoformat()
+                    if not _needs_probe(request_json, engine, fresh_until):
                         outcome = PairOutcome(index, entry.label, "fresh", "fresh evidence already covers every "
-                                              "resident under the device's current driver")
+                                              "resident under the device's current driver"
+                                              + _until(fresh_until))
                         report.pairs.append(outcome)
                         results.append({**entry.summary(), "status": outcome.status, "detail": outcome.detail,
                                         "outcome": None, "slowdown_pct": None})
@@ -129,7 +144,8 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
         else:
             try:
                 req = request_from_json(entry.request_json)
-                cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index)
+                cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index,
+                                         evidence_as_of=fresh_until)
                 if cert.hard_fit == "no":
                     outcome = PairOutcome(index, entry.label, "does-not-fit", f"{cert.limiting_resource}: {cert.reason}")
                 elif cert.hard_fit == "unknown":
@@ -139,7 +155,8 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                                           slowdown_pct=cert.probe.slowdown_estimate_pct,
                                           interval_pct=cert.probe.slowdown_interval_pct)
                 else:
-                    outcome = PairOutcome(index, entry.label, "fresh", cert.reason, outcome=cert.verdict)
+                    outcome = PairOutcome(index, entry.label, "fresh", cert.reason + _until(fresh_until),
+                                          outcome=cert.verdict)
             except Exception as exc:
                 outcome = PairOutcome(index, entry.label, "error", f"{type(exc).__name__}: {exc}")
         report.pairs.append(outcome)
@@ -163,12 +180,47 @@ def request_from_json(data: dict[str, Any]) -> Any:
     return rebuild(data, what="logged")
 
 
-def _needs_probe(request_json: dict[str, Any], engine: Any) -> bool:
-    """Whether some pair of the request lacks fresh evidence (then the agent must probe it)."""
+def _until(fresh_until: dt.datetime | None) -> str:
+    return "" if fresh_until is None else f" (fresh until {fresh_until.isoformat(timespec='seconds')})"
+
+
+def _needs_probe(request_json: dict[str, Any], engine: Any, fresh_until: dt.datetime | None = None) -> bool:
+    """Whether some pair of the request lacks evidence that is fresh until ``fresh_until`` (default:
+    now); then the agent must probe it."""
     from canary.admission import EvidenceAccess, pairs_to_probe, utcnow
 
     req = request_from_json(request_json)
-    return bool(pairs_to_probe(req, EvidenceAccess.over(engine), utcnow()))
+    return bool(pairs_to_probe(req, EvidenceAccess.over(engine), utcnow(), evidence_as_of=fresh_until))
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    before: dt.datetime
+    deleted: int
+    remaining_oldest: dt.datetime | None
+
+
+def prune_admission_log(engine: Any, *, before: dt.datetime, dry_run: bool = False) -> PruneReport:
+    """Delete the admission history older than ``before``, one short transaction per batch (a large
+    backlog never holds a long lock); with ``dry_run`` only count it. Safe to run from many processes
+    at once: a batch another process deleted first is simply not found again."""
+    from evidence_store import fleet
+    from evidence_store.engine import session_scope
+
+    deleted = 0
+    if dry_run:
+        with session_scope(engine, read_only=True) as session:
+            deleted = fleet.count_admissions_before(session, before)
+    else:
+        while True:
+            with session_scope(engine) as session:
+                n = fleet.prune_admission_log(session, before=before, limit=fleet.PRUNE_BATCH)
+            deleted += n
+            if n < fleet.PRUNE_BATCH:
+                break
+    with session_scope(engine, read_only=True) as session:
+        oldest = fleet.oldest_admission(session)
+    return PruneReport(before, deleted, oldest)
 
 
 def default_run_id(now: dt.datetime) -> str:

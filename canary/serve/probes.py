@@ -219,7 +219,7 @@ class ProbeRunner:
                 return
 
     async def _run_one(self, ticket: ProbeTicket) -> None:
-        from canary.admission import admit_async
+        from canary.admission import admit_async, fresh_until_from_json
         from canary.serve.resolve import from_request_json
 
         state, cert_json, error = "failed", None, None
@@ -234,7 +234,8 @@ class ProbeRunner:
                     cert = await admit_async(req, engine=self.engine, probe=True,
                                              seed=int(ticket.request_json.get("seed", 0)),
                                              reserve=bool(ticket.request_json.get("reserve", True)),
-                                             monitor_wrapper=wrapper)
+                                             monitor_wrapper=wrapper,
+                                             evidence_as_of=fresh_until_from_json(ticket.request_json))
                     hb.cancel_scope.cancel()
             if scope.cancelled_caught:
                 state = "aborted" if lost else "cancelled"

@@ -5,6 +5,7 @@ the states probes went through, the evidence and drift rows written."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import uuid
@@ -108,7 +109,7 @@ def test_killed_agent_probe_is_aborted_by_lease_expiry_and_never_moves(
     # n1's simulated probes hold their device for real time, so the probe is still running when n1 dies
     agents, _ = _fleet(store_url, tmp_path, agent_factory, devices_per_node=1, nodes=("n2", "n3"))
     slow = write_device(tmp_path / "n1-gpu0.yaml", uuid=f"GPU-{uuid.uuid4().hex[:6]}-slow")
-    agents["n1"] = agent_factory(store_url, "n1", {"gpu0": slow}, *FAST, "--sim-time-scale", "1")
+    agents["n1"] = agent_factory(store_url, "n1", {"gpu0": slow}, *FAST, "--claim-s", "3", "--sim-time-scale", "1")
     server = server_factory(store_url, "--sim-time-scale", "0")
     token = make_token(store_url, "admit")
     body = {"device": "agent:n1/gpu0", "candidate": profile_doc(version=f"kill-{uuid.uuid4().hex[:6]}"),
@@ -133,6 +134,22 @@ def test_killed_agent_probe_is_aborted_by_lease_expiry_and_never_moves(
     assert not [e for e in rows(store_url, Evidence) if e.candidate_version == body["candidate"]["version"]]
     assert _device_ids(store_url)[final.device_id] == "n1"
     assert agents["n2"].alive() and agents["n3"].alive()
+
+    # n1's agent comes back (once the dead one's claim lapsed): the admission asked again runs there
+    def n1_row() -> PublishedSnapshot:
+        return next(r for r in rows(store_url, PublishedSnapshot) if r.node == "n1")
+
+    dead_agent = n1_row().agent
+    wait_for("the killed agent's claim to lapse", lambda: n1_row().claim_expires_at < dt.datetime.now(dt.UTC))
+    agent_factory(store_url, "n1", {"gpu0": slow}, *FAST, "--claim-s", "3")
+    back = wait_for("n1's new agent to publish", lambda: n1_row().agent != dead_agent and n1_row().agent)
+    with server.client(token) as client:
+        again = _admit(client, body)
+    assert again["state"] == "done" and again["certificate"]["decided_by"] == "canary", again
+    [rerun] = rows(store_url, ServeProbe, ServeProbe.id == again["probe"])
+    assert rerun.owner == back and rerun.device_id == final.device_id
+    assert {p.id for p in rows(store_url, ServeProbe, ServeProbe.pair_digest == final.pair_digest)} == {
+        probe_id, rerun.id}  # the aborted run on the dead agent, the new run on its successor: nothing elsewhere
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -27,7 +27,7 @@ def engine(store_url: str) -> Any:
 def _publish(session: Any, node: str = "n1", *, driver: str | None = "580.95.05", uuid: str | None = None,
              at: dt.datetime = T0, draining: bool | None = None) -> fleet.PublishResult:
     return fleet.publish(session, node=node, name="gpu0", agent=f"agent/{node}", snapshot_json={**SNAP, "uuid": uuid},
-                         device_type="h100-sxm", driver_version=driver, device_uuid=uuid, taken_at=at, now=at,
+                         device_type="h100-sxm", driver_version=driver, device_uuid=uuid, taken_at=at, now=at, claim_s=30,
                          draining=draining)
 
 
@@ -139,3 +139,108 @@ def test_revalidation_stays_within_its_budget(engine: Any, budget: int, tmp_path
             assert row is not None and row.device_id == pub.published.device_id and row.state == "queued"
             assert row.request_json["device"]["snapshot"]["driver_version"] == "590.10.01"
             assert row.request_json["reserve"] is False
+
+
+def _claim(session: Any, agent: str, at: dt.datetime, *, uuid: str | None = "GPU-claimed", name: str = "gpu0",
+           claim_s: float = 30) -> fleet.PublishResult:
+    return fleet.publish(session, node="n1", name=name, agent=agent, snapshot_json={**SNAP, "uuid": uuid},
+                         device_type="h100-sxm", driver_version="580.95.05", device_uuid=uuid, taken_at=at, now=at,
+                         claim_s=claim_s)
+
+
+@pytest.mark.parametrize(("second", "uuid", "at_s", "refused"), [
+    pytest.param("agent/a", "GPU-claimed", 20, False, id="same-agent-renews"),
+    pytest.param("agent/b", "GPU-claimed", 20, True, id="other-agent-while-live"),
+    pytest.param("agent/b", "GPU-other", 20, True, id="other-agent-other-uuid-same-name"),
+    pytest.param("agent/b", "GPU-claimed", 31, False, id="other-agent-after-lapse"),
+])
+def test_one_live_agent_per_device(engine: Any, second: str, uuid: str, at_s: float, refused: bool) -> None:
+    with session_scope(engine) as s:
+        _claim(s, "agent/a", T0)
+    at = T0 + dt.timedelta(seconds=at_s)
+    with session_scope(engine) as s:
+        conflicts = fleet.claim_conflicts(s, node="n1", names=["gpu0", "gpu1"], agent=second, now=at)
+    assert list(conflicts) == (["agent:n1/gpu0"] if refused else [])
+    if refused:
+        assert "agent agent/a (last heartbeat 20 s ago, claim expires in 10 s" in conflicts["agent:n1/gpu0"]
+        with pytest.raises(fleet.DeviceClaimed, match="agent:n1/gpu0 is held by agent agent/a"), \
+                session_scope(engine) as s:
+            _claim(s, second, at, uuid=uuid)
+    else:
+        with session_scope(engine) as s:
+            _claim(s, second, at, uuid=uuid)
+    with session_scope(engine, read_only=True) as s:
+        [row] = fleet.list_published(s)
+    assert row.agent == ("agent/a" if refused else second)
+    assert row.claim_expires_at == (T0 if refused else at) + dt.timedelta(seconds=30)
+
+
+def test_the_same_gpu_under_another_name_is_refused_while_claimed(engine: Any) -> None:
+    with session_scope(engine) as s:
+        _claim(s, "agent/a", T0)
+    with pytest.raises(fleet.DeviceClaimed, match=r"device GPU-claimed, published as agent:n1/gpu0"), \
+            session_scope(engine) as s:
+        _claim(s, "agent/b", T0 + dt.timedelta(seconds=1), name="gpu7")
+    with session_scope(engine) as s:  # its own agent renaming it is fine: one row, under the new name
+        _claim(s, "agent/a", T0 + dt.timedelta(seconds=2), name="gpu7")
+        assert [p.ref for p in fleet.list_published(s)] == ["agent:n1/gpu7"]
+
+
+def test_a_stopped_agent_releases_its_claims(engine: Any) -> None:
+    with session_scope(engine) as s:
+        _claim(s, "agent/a", T0)
+        _claim(s, "agent/other", T0, uuid="GPU-other", name="gpu1")
+    with session_scope(engine) as s:
+        assert fleet.release_claims(s, agent="agent/a", now=T0 + dt.timedelta(seconds=2)) == 1
+    later = T0 + dt.timedelta(seconds=3)
+    with session_scope(engine) as s:
+        assert list(fleet.claim_conflicts(s, node="n1", names=["gpu0", "gpu1"], agent="agent/b", now=later)) == [
+            "agent:n1/gpu1"]
+        assert _claim(s, "agent/b", later).published.agent == "agent/b"
+
+
+def test_claim_needs_a_positive_duration(engine: Any) -> None:
+    from canary.errors import InputError
+
+    with pytest.raises(InputError, match="claim_s"), session_scope(engine) as s:
+        _claim(s, "agent/a", T0, claim_s=0)
+
+
+def test_prune_admission_log_deletes_only_what_is_older_in_batches(engine: Any, monkeypatch: Any) -> None:
+    from canary.jobs.history import prune_admission_log
+    from evidence_store.fleet_models import AdmissionLog
+
+    monkeypatch.setattr(fleet, "PRUNE_BATCH", 3)  # several batches, each its own transaction
+    calls: list[int] = []
+    real = fleet.prune_admission_log
+    monkeypatch.setattr(fleet, "prune_admission_log", lambda s, **kw: calls.append(real(s, **kw)) or calls[-1])
+    with session_scope(engine) as s:
+        for i in range(8):
+            _log(s, f"old-{i}", T0 - dt.timedelta(days=40, minutes=i))
+        _log(s, "edge", T0 - dt.timedelta(days=30))  # exactly at the cut: kept (older than, not as old as)
+        _log(s, "new", T0 - dt.timedelta(days=1))
+    cut = T0 - dt.timedelta(days=30)
+    dry = prune_admission_log(engine, before=cut, dry_run=True)
+    assert dry.deleted == 8 and dry.remaining_oldest == T0 - dt.timedelta(days=40, minutes=7)
+    report = prune_admission_log(engine, before=cut)
+    assert report.deleted == 8 and report.remaining_oldest == cut
+    assert calls == [3, 3, 2]
+    with session_scope(engine, read_only=True) as s:
+        from sqlalchemy import select
+
+        assert sorted(s.scalars(select(AdmissionLog.pair_digest))) == ["edge", "new"]
+    assert prune_admission_log(engine, before=cut).deleted == 0
+
+
+def test_an_unreadable_device_keeps_its_claim_and_goes_stale(engine: Any) -> None:
+    with session_scope(engine) as s:
+        _claim(s, "agent/a", T0)
+    later = T0 + dt.timedelta(seconds=25)
+    with session_scope(engine) as s:
+        assert fleet.renew_claim(s, node="n1", name="gpu0", agent="agent/a", now=later, claim_s=30)
+        assert not fleet.renew_claim(s, node="n1", name="gpu9", agent="agent/a", now=later, claim_s=30)
+    with session_scope(engine, read_only=True) as s:
+        [row] = fleet.list_published(s)
+    assert row.claim_expires_at == later + dt.timedelta(seconds=30) and row.published_at == T0  # not refreshed
+    with pytest.raises(fleet.DeviceClaimed, match="held by agent agent/a"), session_scope(engine) as s:
+        fleet.renew_claim(s, node="n1", name="gpu0", agent="agent/b", now=later, claim_s=30)

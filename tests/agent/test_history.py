@@ -99,7 +99,7 @@ def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path
             counts[pair] += 1
     assert [e["requests"] for e in doc["plan"][:3]] == [counts[p] for p in top]
     statuses = [p["status"] for p in doc["pairs"]]
-    assert statuses[:3] == ["probed"] * 3 and statuses[3] in ("probed", "fresh")
+    assert statuses == ["probed"] * 4  # p6's evidence expires inside the window: not fresh for this run
     stored = rows(url, WarmPlanRecord)
     assert [s.run_id for s in stored] == ["nightly-test"]
     assert [e["label"] for e in stored[0].plan_json] == [e["label"] for e in doc["plan"]]
@@ -120,3 +120,170 @@ def test_warm_from_history_bad_input(tmp_path: Path, args: list[str], field: str
     assert out.returncode == 2, out.stderr
     assert field in out.stderr and "Traceback" not in out.stderr
     assert rows(url, WarmPlanRecord) == []
+
+
+# Evidence of the recorded day's pairs for the fresh-until test: hours until it expires.
+EXPIRES_IN_H = {"p1": 6.0, "p3": 20.0, "p6": 23.0,   # inside a 24 h window: probed again
+                "p2": 30.0, "p4": 72.0, "p7": 25.0,  # outside it: still fresh tomorrow, not probed
+                "p5": None}                           # none: probed by the first run (the control)
+INSIDE = {p for p, h in EXPIRES_IN_H.items() if h is not None and h < 24}
+
+
+def _fill_day(url: str, resolved: dict[str, Any], now: dt.datetime) -> None:
+    """The recorded day of admissions as the service logs them, and evidence for the planned pairs."""
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            for seconds, pair in _recorded():
+                r = resolved[pair]
+                keys = pair_keys_of(r.request)
+                fleet.log_admission(session, pair_digest=probe_queue.pair_digest(keys),
+                                    key_digests=[k.digest() for k in keys], device_type=r.request.spec.name,
+                                    device_id=r.request.device_id, label=f"hist-{pair}", verdict="probe",
+                                    request_json=r.request_json, now=now - dt.timedelta(seconds=seconds + 60))
+            for pair, hours in EXPIRES_IN_H.items():
+                if hours is None:
+                    continue
+                for i, key in enumerate(pair_keys_of(resolved[pair].request)):
+                    created = now - dt.timedelta(hours=2)
+                    record_evidence(session, _evidence(key, f"seed-{pair}-{i}", created,
+                                                                  dt.timedelta(hours=hours + 2)))
+    finally:
+        engine.dispose()
+
+
+def _probed_pairs(url: str, resolved: dict[str, Any], *, not_before: set[str]) -> set[str]:
+    """The pairs that got new evidence (a record that was not there before)."""
+    from evidence_store.models import Evidence
+
+    by_digest = {k.digest(): p for p, r in resolved.items() for k in pair_keys_of(r.request)}
+    return {by_digest[e.key_digest] for e in rows(url, Evidence) if e.id not in not_before
+            and e.key_digest in by_digest}
+
+
+def _warm(url: str, tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = subprocess.run([*canary_cmd(), "--db", url, "warm", "--from-history", "--since", "1d", "--top", "10",
+                          "--json", *args], capture_output=True, text=True, timeout=WAIT_S * 3, env=cli_env(tmp_path))
+    assert out.returncode == 0, out.stderr
+    doc: dict[str, Any] = json.loads(out.stdout)
+    return doc
+
+
+def _evidence_ids(url: str) -> set[str]:
+    from evidence_store.models import Evidence
+
+    return {e.id for e in rows(url, Evidence)}
+
+
+@pytest.mark.slow
+def test_expiring_within_reprobes_exactly_the_pairs_whose_evidence_expires_inside_the_window(tmp_path: Path) -> None:
+    """Evidence that expires within ``--expiring-within`` is not fresh for the run ("fresh until" =
+    now + window): exactly those pairs are probed again; evidence that outlives the window answers."""
+    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    upgrade(url)
+    now = dt.datetime.now(dt.UTC)
+    resolved = {p: _resolved(p) for p in sorted({p for _, p in _recorded()})}
+    _fill_day(url, resolved, now)
+    window = set(EXPIRES_IN_H)
+    assert {p for s, p in _recorded() if s <= 86400} == window  # the recorded day's pairs of the last day
+
+    # control, without a window: as of now every seeded record is fresh; only p5 (no evidence) is probed
+    before = _evidence_ids(url)
+    control = _warm(url, tmp_path)
+    status = {e["label"][len("hist-"):]: p["status"] for e, p in zip(control["plan"], control["pairs"], strict=True)}
+    assert status == {p: ("probed" if h is None else "fresh") for p, h in EXPIRES_IN_H.items()}
+    assert _probed_pairs(url, resolved, not_before=before) == {"p5"}
+
+    before = _evidence_ids(url)
+    doc = _warm(url, tmp_path, "--expiring-within", "24h")
+    status = {e["label"][len("hist-"):]: p["status"] for e, p in zip(doc["plan"], doc["pairs"], strict=True)}
+    assert status == {p: ("probed" if p in INSIDE else "fresh") for p in window}
+    assert _probed_pairs(url, resolved, not_before=before) == INSIDE
+    fresh = [p for e, p in zip(doc["plan"], doc["pairs"], strict=True) if p["status"] == "fresh"]
+    assert all("fresh until" in p["detail"] for p in fresh), fresh
+    stored = rows(url, WarmPlanRecord)
+    run = next(s for s in stored if s.params_json.get("expiring_within") == "24h")
+    assert dt.datetime.fromisoformat(run.params_json["evidence_fresh_until"]) > now + dt.timedelta(hours=23)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_expiring_within_reaches_the_agent_that_runs_the_probe(store_url: str, tmp_path: Path,
+                                                               agent_factory: Any) -> None:
+    """The same day on a node agent's device: the warm run queues the expiring pairs (and the pair without
+    evidence) for the agent with their fresh-until time, and the agent probes them — it does not answer
+    them from the evidence that is still fresh tonight."""
+    from canary.admission import FRESH_UNTIL_FIELD
+    from evidence_store.serve_models import ServeProbe
+    from tests.agent.conftest import wait_for, write_device
+
+    device = write_device(tmp_path / "gpu0.yaml", uuid="GPU-history-0")
+    agent_factory(store_url, "n1", {"gpu0": device}, "--heartbeat-s", "0.5")
+    now = dt.datetime.now(dt.UTC)
+    engine = make_engine(store_url)
+    try:
+        with session_scope(engine, read_only=True) as session:
+            def on_agent(pair: str) -> Any:
+                body = DecisionRequest(device="agent:n1/gpu0", candidate=profile_doc(version=f"hist-{pair}"))
+                return resolve(body, lambda *_: None, default_policy="default", extra={"reserve": False, "seed": 0},
+                               published=lambda ref: fleet.get_by_ref(session, ref))
+
+            resolved = {p: on_agent(p) for p in sorted({p for _, p in _recorded()})}
+    finally:
+        engine.dispose()
+    _fill_day(store_url, resolved, now)
+    before = _evidence_ids(store_url)
+    doc = _warm(store_url, tmp_path, "--expiring-within", "24h")
+    expected = INSIDE | {"p5"}
+    status = {e["label"][len("hist-"):]: p["status"] for e, p in zip(doc["plan"], doc["pairs"], strict=True)}
+    assert status == {p: ("queued" if p in expected else "fresh") for p in EXPIRES_IN_H}
+
+    probes = wait_for("the agent to run the queued probes", lambda: (
+        lambda ps: ps if len(ps) == len(expected) and all(p.state == "done" for p in ps) else None)(
+        rows(store_url, ServeProbe)))
+    for p in probes:
+        assert p.owner.startswith("agent/n1@"), p.owner
+        assert dt.datetime.fromisoformat(p.request_json[FRESH_UNTIL_FIELD]) > now + dt.timedelta(hours=23)
+        assert p.certificate_json["decided_by"] == "canary", p.certificate_json["reason"]
+    assert _probed_pairs(store_url, resolved, not_before=before) == expected
+
+
+@pytest.mark.parametrize(("expires_in_h", "fresh_until_h", "needs_probe"), [
+    pytest.param(6, None, False, id="fresh-now"),
+    pytest.param(6, 24, True, id="expires-inside-the-window"),
+    pytest.param(30, 24, False, id="outlives-the-window"),
+    pytest.param(-1, None, True, id="expired"),
+    pytest.param(-1, -2, True, id="an-earlier-time-never-revives-expired-evidence"),
+])
+def test_needs_probe_as_of_fresh_until(tmp_path: Path, expires_in_h: float, fresh_until_h: float | None,
+                                       needs_probe: bool) -> None:
+    from canary.jobs.history import _needs_probe
+
+    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    upgrade(url)
+    now = dt.datetime.now(dt.UTC)
+    r = _resolved("p1")
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            for i, key in enumerate(pair_keys_of(r.request)):
+                created = now - dt.timedelta(hours=3)
+                record_evidence(session, _evidence(key, f"seed-{i}", created,
+                                                              dt.timedelta(hours=expires_in_h + 3)))
+        until = None if fresh_until_h is None else now + dt.timedelta(hours=fresh_until_h)
+        assert _needs_probe(r.request_json, engine, until) is needs_probe
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    pytest.param("tomorrow", "is not an ISO time", id="not-a-time"),
+    pytest.param("2026-12-02T03:00:00", "has no time zone", id="naive"),
+])
+def test_a_bad_fresh_until_in_a_queued_request_is_named(value: str, problem: str) -> None:
+    from canary.admission import FRESH_UNTIL_FIELD, fresh_until_from_json
+    from canary.errors import InputError
+
+    with pytest.raises(InputError, match=f"queued request: field '{FRESH_UNTIL_FIELD}': '{value}' {problem}"):
+        fresh_until_from_json({FRESH_UNTIL_FIELD: value})
+    assert fresh_until_from_json({}) is None

@@ -31,7 +31,8 @@ def _publish(url: str, node: str, doc: dict[str, Any], *, age_s: float = 0.0) ->
         with session_scope(engine) as session:
             pub = fleet.publish(session, node=node, name="gpu0", agent=f"agent/{node}@test", snapshot_json=doc,
                                 device_type=doc["device_type"], driver_version=doc.get("driver_version"),
-                                device_uuid=doc.get("uuid"), taken_at=now - dt.timedelta(seconds=age_s), now=now)
+                                device_uuid=doc.get("uuid"), taken_at=now - dt.timedelta(seconds=age_s), now=now,
+                                claim_s=30)
             return pub.published.device_id
     finally:
         engine.dispose()
