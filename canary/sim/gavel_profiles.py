@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
 
 V100_SM_COUNT = 80
+# Every step launches kernels and waits for some: the GPU part of a step is never below this
+# fraction of the isolated step, even where the fixed host time exceeds a faster host's step
+# (used here and by canary.sim.pair_model, which imports it from here).
+MIN_GPU_FRACTION = 0.05
 
 # Isolated throughput (steps/s) of each job on a V100, from Gavel's file ('null' entries).
 GAVEL_ISOLATED_STEPS_PER_S: dict[str, float] = {
@@ -330,8 +334,6 @@ def gavel_jobs_on(spec: DeviceSpec, isolated_steps_per_s: Mapping[str, float]) -
     counts, so the SM share scales by 80 / ``spec.sm_count`` (capped at 1); the mean kernel time
     scales with the GPU-busy time. Job types with no V100 profile are left out (the caller says
     so); a device with no SM count in the catalog cannot be profiled (``KeyError`` from lookup)."""
-    from canary.sim.pair_model import MIN_GPU_FRACTION
-
     out: dict[str, GavelJob] = {}
     for name, tput in isolated_steps_per_s.items():
         if name not in GAVEL_ISOLATED_STEPS_PER_S or tput <= 0:

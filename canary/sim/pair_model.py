@@ -54,12 +54,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from canary.sim.gavel_profiles import MIN_GPU_FRACTION
+
 # Host time of a job type canary has no profile of, as a fraction of its isolated step: the median
 # host fraction of the 26 profiled Gavel job types on V100 is 0.10 (canary.sim.gavel_profiles).
 HOST_FRACTION_UNKNOWN = 0.1
-# Every step launches kernels and waits for some: the GPU part of a step is never below this
-# fraction of the isolated step, even where the fixed host time exceeds a faster host's step.
-MIN_GPU_FRACTION = 0.05
 
 
 @dataclass(frozen=True)

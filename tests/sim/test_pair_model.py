@@ -14,7 +14,8 @@ import pytest
 
 from canary.errors import InputError
 from canary.sim.gavel import gavel_gpus, jobs_never_alone, load_gavel_pairs, load_isolated
-from canary.sim.pair_model import MIN_GPU_FRACTION, PairModelParams, device_jobs, predict_slowdowns
+from canary.sim.gavel_profiles import MIN_GPU_FRACTION
+from canary.sim.pair_model import PairModelParams, device_jobs, predict_slowdowns
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gavel_small.json"
 
