@@ -37,9 +37,10 @@ def canary_cmd() -> list[str]:
 
 
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    """An environment whose default evidence store and caches live in tmp_path, never in the user's home."""
+    """An environment whose default evidence store lives in tmp_path, never in the user's home. The
+    catalog cache follows ``XDG_CACHE_HOME``, which the session fixture in ``tests/conftest.py`` points at
+    a temporary folder outside every test's tmp_path (tests that list their folder see only their files)."""
     env = dict(os.environ)
     env["CANARY_DB_URL"] = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
-    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     return env
