@@ -4,7 +4,10 @@ Every server process (and, later, every node agent) coordinates through these ro
 
 * ``submit`` joins the live probe of the same pair digest or queues a new one. The unique constraint
   on ``active_pair`` makes the choice race-free across processes: a second insert for the same pair
-  fails inside a savepoint and the caller joins the row that won.
+  fails inside a savepoint and the caller joins the row that won. A caller that looked the evidence up
+  before deciding to probe passes ``since`` (when it looked): a probe of the same pair that ended
+  ``done`` after that moment already answered its question — its evidence committed after the caller
+  looked — so the caller joins that finished probe instead of running the pair a second time.
 * ``claim_next`` leases the oldest queued probe whose device runs no probe, skipping rows another
   claimer holds locked (``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's writing
   transactions are ``BEGIN IMMEDIATE`` and serialise claims). The unique constraint on
@@ -87,13 +90,38 @@ def _live_for_pair(session: Session, digest: str) -> ServeProbe | None:
     ).first()
 
 
+def _done_since(session: Session, digest: str, since: datetime) -> ServeProbe | None:
+    """The newest probe of ``digest`` that ended ``done`` at or after ``since`` (locked), if any."""
+    return session.scalars(
+        select(ServeProbe)
+        .where(ServeProbe.pair_digest == digest, ServeProbe.state == "done", ServeProbe.finished_at >= since)
+        .order_by(ServeProbe.finished_at.desc(), ServeProbe.id)
+        .limit(1)
+        .with_for_update()
+    ).first()
+
+
 def submit(
-    session: Session, *, digest: str, device_id: str, request_json: dict[str, Any], now: datetime
+    session: Session,
+    *,
+    digest: str,
+    device_id: str,
+    request_json: dict[str, Any],
+    now: datetime,
+    since: datetime | None = None,
 ) -> tuple[ProbeTicket, bool]:
-    """Join the live probe for ``digest`` or queue a new one. Returns the ticket and whether it was joined."""
+    """Join the live probe for ``digest`` or queue a new one. Returns the ticket and whether it was joined.
+
+    ``since``: when the caller read the evidence that made it probe. A probe of this pair that finished
+    ``done`` at or after then is joined (the ticket is final, with its certificate): its evidence was not
+    yet committed when the caller looked, and probing the pair again would be a second probe for one
+    question. Without ``since`` (a revalidation that just marked evidence stale) only live probes join."""
     now = to_utc(now)
+    since = None if since is None else to_utc(since)
     for _ in range(3):
         live = _live_for_pair(session, digest)
+        if live is None and since is not None:
+            live = _done_since(session, digest, since)
         if live is not None:
             live.waiters += 1
             live.updated_at = now
@@ -110,6 +138,16 @@ def submit(
                 session.add(row)
         except exc.IntegrityError:
             continue  # another process queued this pair between our look and our insert: join it
+        if since is not None:
+            # A probe of this pair may have been queued, run and finished between our look and our
+            # insert; once our row holds the pair, every such probe is committed and visible here.
+            done = _done_since(session, digest, since)
+            if done is not None:
+                session.delete(row)
+                done.waiters += 1
+                done.updated_at = now
+                session.flush()
+                return _ticket(done), True
         return _ticket(row), False
     raise LeaseLost(f"could not queue or join the probe for pair {digest[:12]} (it kept changing)")
 

@@ -49,6 +49,7 @@ class ServeProbe(Base):
         UniqueConstraint("active_pair", name="uq_serve_probes_active_pair"),
         UniqueConstraint("active_device", name="uq_serve_probes_active_device"),
         Index("ix_serve_probes_state_created", "state", "created_at"),
+        Index("ix_serve_probes_pair_finished", "pair_digest", "finished_at"),
         CheckConstraint(_in("state", SERVE_PROBE_STATES), name="state"),
         CheckConstraint("waiters >= 1", name="waiters_positive"),
     )

@@ -406,6 +406,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         def decide() -> tuple[Certificate | tuple[ProbeTicket, bool], dict[str, Any] | None]:
             resolved = svc.resolve(body, extra={"reserve": body.reserve, "seed": body.seed})
             req = resolved.request
+            looked_at = utcnow()  # before the evidence lookup: a probe of this pair done since then is joined
             try:
                 with svc.metrics.store_op("admit"):
                     cert: Certificate = _run_sync(admit_async(req, engine=svc.engine, probe=body.probe,
@@ -416,7 +417,8 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
             from evidence_store.fleet import submit_and_notify  # announces it to a node agent (PostgreSQL)
 
             submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: submit_and_notify(
-                s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow()))
+                s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow(),
+                since=looked_at))
             return submitted, admission_entry(svc, resolved, "probe")
 
         outcome, history = await anyio.to_thread.run_sync(decide, limiter=svc.decisions)

@@ -192,7 +192,8 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
                         "regime": notes.get(cfg.extender_regime_annotation), "policy": policy.name,
                         "reserve": False, "seed": 0}
                     ticket, _ = svc.db("probe_submit", lambda s, k=keys, r=req, j=request_json: probe_queue.submit(
-                        s, digest=probe_queue.pair_digest(k), device_id=r.device_id, request_json=j, now=now))
+                        s, digest=probe_queue.pair_digest(k), device_id=r.device_id, request_json=j, now=now,
+                        since=now))
                     note = f"; probe {ticket.id} is {ticket.state} for this pair, retry later"
                     svc.runner_wake()
         reasons.append(f"{device.ref}: {cert.verdict} (limiting resource: {limiting}): {cert.reason}{note}")

@@ -9,12 +9,14 @@ import textwrap
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
 from canary.errors import InputError
 from evidence_store import probe_queue, registry, tokens
 from evidence_store.engine import make_engine, session_scope
 from evidence_store.errors import LeaseLost
 from evidence_store.keys import PairKey
+from evidence_store.serve_models import ServeProbe
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -88,6 +90,74 @@ def test_cancelling_a_queued_probe_frees_its_pair(store_url: str) -> None:
         assert probe_queue.cancel(s, "missing", now=T0) is None
     b, joined = _submit(engine, 7, "gpu-a")
     assert not joined and b.id != a.id
+
+
+def _run_to_end(engine, ticket, state: str, at: datetime) -> None:  # type: ignore[no-untyped-def]
+    with session_scope(engine) as s:
+        got = probe_queue.claim_next(s, owner="w", lease_s=30, now=at)
+        assert got is not None and got.id == ticket.id
+    with session_scope(engine) as s:
+        probe_queue.finish(s, ticket.id, owner="w", state=state, now=at + timedelta(seconds=1),
+                           certificate_json={"verdict": "admit"} if state == "done" else None)
+
+
+def _submit_since(engine, i: int, since: datetime | None):  # type: ignore[no-untyped-def]
+    with session_scope(engine) as s:
+        return probe_queue.submit(s, digest=probe_queue.pair_digest([_key(i)]), device_id="gpu-a",
+                                  request_json={"pair": i}, now=T0 + timedelta(seconds=5), since=since)
+
+
+def test_a_probe_done_after_the_callers_look_is_joined_not_run_again(store_url: str) -> None:
+    """The caller looked the evidence up at ``since``; the pair's probe ended ``done`` after that (its
+    evidence was not there yet when the caller looked): the caller joins that finished probe."""
+    engine = make_engine(store_url)
+    first, _ = _submit(engine, 11, "gpu-a")
+    _run_to_end(engine, first, "done", T0 + timedelta(seconds=1))  # finished at T0 + 2 s
+    joined, was_joined = _submit_since(engine, 11, since=T0 + timedelta(seconds=2))
+    assert was_joined and joined.id == first.id and joined.state == "done" and joined.waiters == 2
+    assert joined.certificate_json == {"verdict": "admit"}
+    # Looked after it finished: its evidence was visible then, so a new probe is this caller's choice.
+    later, was_joined = _submit_since(engine, 11, since=T0 + timedelta(seconds=3))
+    assert not was_joined and later.id != first.id and later.state == "queued"
+
+
+def test_only_a_done_probe_is_joined_after_it_ended(store_url: str) -> None:
+    """A failed or cancelled probe recorded no evidence: the caller queues a new one. Without ``since``
+    (a revalidation that just marked evidence stale) a done probe is never joined."""
+    engine = make_engine(store_url)
+    failed, _ = _submit(engine, 12, "gpu-a")
+    _run_to_end(engine, failed, "failed", T0 + timedelta(seconds=1))
+    again, was_joined = _submit_since(engine, 12, since=T0)
+    assert not was_joined and again.id != failed.id
+    done, _ = _submit(engine, 13, "gpu-b")
+    with session_scope(engine) as s:
+        assert probe_queue.claim_next(s, owner="w", lease_s=30, now=T0, devices=["gpu-b"]) is not None
+        probe_queue.finish(s, done.id, owner="w", state="done", now=T0 + timedelta(seconds=1))
+    fresh, was_joined = _submit_since(engine, 13, since=None)
+    assert not was_joined and fresh.id != done.id
+
+
+def test_a_probe_that_ends_between_the_look_and_the_insert_is_joined(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrow race: the pair's probe was queued, run and finished after this caller saw no live probe
+    but before its insert. Once the caller's row holds the pair, the finished probe is visible; the
+    caller's row is removed and it joins the finished one."""
+    engine = make_engine(store_url)
+    first, _ = _submit(engine, 14, "gpu-a")
+    _run_to_end(engine, first, "done", T0 + timedelta(seconds=1))
+    real = probe_queue._done_since
+    calls: list[int] = []
+
+    def blind_first_look(session, digest, since):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return None if len(calls) == 1 else real(session, digest, since)
+
+    monkeypatch.setattr(probe_queue, "_done_since", blind_first_look)
+    joined, was_joined = _submit_since(engine, 14, since=T0)
+    assert len(calls) == 2 and was_joined and joined.id == first.id
+    with session_scope(engine, read_only=True) as s:
+        rows = s.scalars(select(ServeProbe).where(ServeProbe.pair_digest == joined.pair_digest)).all()
+    assert [r.id for r in rows] == [first.id]  # the caller's own queued row is gone
 
 
 RACER = textwrap.dedent("""
