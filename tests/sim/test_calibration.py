@@ -60,6 +60,7 @@ def test_spearman_handles_ties_and_order() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the whole grid: minutes idle, several times that on a loaded 2-core CI machine
 def test_stored_parameters_are_what_the_fit_produces(split: tuple[list[GavelPair], list[GavelPair]]) -> None:
     """Refits the streams grid on the training split (a few minutes) and compares with CALIBRATED."""
     from canary.sim.calibration import fit
