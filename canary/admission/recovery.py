@@ -62,11 +62,19 @@ class RecoverReport:
         return tuple(p for p in self.probes if p.action in ("kill-failed", "left-running"))
 
 
+KILL_WAIT_S = 5.0
+"""How long a process group may take to disappear after SIGKILL before recovery reports ``kill-failed``."""
+
+
 def kill_orphan(
-    probe_id: str, pgid: int, *, kill: bool = True, term_grace_s: float = 1.0, kill_wait_s: float = 1.0
+    probe_id: str, pgid: int, *, kill: bool = True, term_grace_s: float = 1.0,
+    kill_wait_s: float = KILL_WAIT_S
 ) -> tuple[RecoverAction, str]:
     """Kill the orphaned canary of ``probe_id`` in group ``pgid``; returns the action and a detail.
 
+    ``kill_wait_s`` after SIGKILL before the group counts as having survived it: a process in the GPU
+    driver (uninterruptible sleep) or on a loaded machine can take seconds to be reaped, and a false
+    ``kill-failed`` sends an SRE after a process that is already gone.
     It blocks for up to ``term_grace_s + kill_wait_s``: call it outside any store transaction and,
     from async code, in a worker thread (as :func:`recover_store_async` does)."""
     if pgid <= 0:
@@ -127,7 +135,7 @@ def recover_store(
 ) -> RecoverReport:
     """Abort every running probe whose lease expired before ``now``, in three steps: read the expired
     rows (read-only), kill their canaries with no transaction open, then close the rows in one short
-    write transaction. Killing takes up to ``2 × term_grace_s`` per orphan; holding the store's write
+    write transaction. Killing takes up to ``term_grace_s + KILL_WAIT_S`` per orphan; holding the store's write
     lock that long would stall every other prober's heartbeat."""
     from evidence_store.engine import session_scope
     from evidence_store.journal import expired_probes

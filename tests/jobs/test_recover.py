@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -43,18 +44,30 @@ def store(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
 
 
 def _spawn_orphan(env_probe_id: str | None) -> subprocess.Popen[bytes]:
+    """A process that ignores SIGTERM, returned once it does: on a loaded machine the interpreter can
+    take seconds to start, and a SIGTERM that arrives before the handler is set ends it at once."""
     env = dict(os.environ)
     if env_probe_id is not None:
         env["CANARY_PROBE_ID"] = env_probe_id
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)",
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(60)",
         ],
         env=env,
+        stdout=subprocess.PIPE,
         start_new_session=True,
     )
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], HANG_S)
+    line = proc.stdout.readline() if readable else b""
+    if line.strip() != b"ready":
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"the orphan did not start within {HANG_S:g} s (read {line!r})")
+    return proc
 
 
 def _start_row(engine: Engine, probe_id: str, pgid: int, *, lease_s: float, now: dt.datetime) -> None:
