@@ -11,8 +11,10 @@ latency is their difference (one machine, one clock).
 
 Baseline, in the same run and through the same server: the same admissions on a device sent by value
 (not agent-owned), which the server's own probe runner claims — it is woken in-process at once, so its
-figure is the floor of the claim path itself. The agent is a separate process that polls the store (it
-claims when its runner wakes: every 0.25 s, or at once after finishing a probe).
+figure is the floor of the claim path itself. The agent is a separate process: on PostgreSQL the service
+wakes it with a notification (``LISTEN``/``NOTIFY``) when it queues a probe for one of its devices; on
+SQLite, which has no notifications, it polls the store every 0.25 s (and claims at once after finishing a
+probe).
 """
 
 from __future__ import annotations
