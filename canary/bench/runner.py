@@ -105,10 +105,9 @@ def sim_params(sc: Scenario) -> Any:
 def _telemetry(sc: Scenario, seed: int) -> Any:
     """Window averages the scheduler reads before the candidate arrives, from the simulated device
     with the residents; counters the scenario lacks are ``None``."""
-    from canary.bench.truth import sim_ready_snapshot
     from canary.sim import SimDevice
 
-    dev = SimDevice.from_snapshot(sim_ready_snapshot(sc), sc.spec, seed=seed, regime=sc.regime,
+    dev = SimDevice.from_snapshot(sc.snapshot, sc.spec, seed=seed, regime=sc.regime,
                                   params=sim_params(sc))
     telemetry = dev.run_window(TELEMETRY_WINDOW_S).telemetry
     if sc.missing_counters:

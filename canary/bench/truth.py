@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from canary.policy import Policy
     from canary.profile import WorkloadProfile
     from canary.sim.model import KernelResidency
-    from canary.snapshot import DeviceSnapshot
 
 TRUTH_DURATION_S = 60.0
 INTERFERENCE = "interference"
@@ -120,21 +119,12 @@ def _coresidency_misfit(sc: Scenario) -> tuple[str, str] | None:
 def _hbm_misfit(sc: Scenario, seed: int) -> tuple[str, str] | None:
     from canary.sim import SimDevice, SimOutOfMemory
 
-    dev = SimDevice.from_snapshot(sim_ready_snapshot(sc), sc.spec, seed=seed, regime=sc.regime)
+    dev = SimDevice.from_snapshot(sc.snapshot, sc.spec, seed=seed, regime=sc.regime)
     try:
         dev.place(sc.candidate, role="candidate")
     except SimOutOfMemory as exc:
         return "hbm", str(exc)
     return None
-
-
-def sim_ready_snapshot(sc: Scenario) -> DeviceSnapshot:
-    """The snapshot with MIG instance names as the simulator takes them (``3g.71gb``, not
-    ``3g.71gb@0``): ``SimDevice.from_snapshot`` does not parse the ``@start`` suffix."""
-    snap = sc.snapshot
-    residents = tuple(r.model_copy(update={"mig_instance": r.mig_instance.split("@")[0]}) if r.mig_instance else r
-                      for r in snap.residents)
-    return snap.model_copy(update={"residents": residents})
 
 
 def physical_misfit(sc: Scenario, seed: int) -> tuple[str, str] | None:
@@ -176,7 +166,7 @@ def _unprofiled_slowdown(sc: Scenario, seed: int) -> tuple[float | None, float |
     from canary.sim import SimDevice
 
     def run(with_candidate: bool) -> float:
-        dev = SimDevice.from_snapshot(sim_ready_snapshot(sc), sc.spec, seed=seed, regime=sc.regime)
+        dev = SimDevice.from_snapshot(sc.snapshot, sc.spec, seed=seed, regime=sc.regime)
         resident = dev.handles()[0]
         if with_candidate:
             dev.place(sc.candidate, role="candidate")
@@ -201,7 +191,7 @@ def _mig_slowdown(sc: Scenario, seed: int) -> tuple[float | None, float | None]:
 
     first = sc.snapshot.residents[0]
     assert first.profile is not None
-    held = first.mig_instance.split("@")[0] if first.mig_instance else None
+    held = first.mig_instance  # PROFILE or PROFILE@START: the snapshot's own instance
     serving = first.profile.workload_class == "online-inference"
 
     def run(with_candidate: bool) -> tuple[float | None, float | None]:
