@@ -54,7 +54,7 @@ class RiskBudget(Model):
         description="drop samples above this multiple of their window's median; None keeps all",
     )
     judge_burst_rate: float = Field(
-        default=0.2,
+        default=0.05,
         gt=0,
         lt=1,
         description="the rarest fraction of slowed windows a safe verdict must have had the chance to see: "

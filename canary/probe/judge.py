@@ -133,7 +133,7 @@ class JudgeSettings:
     min_samples_per_window: int = 3
     outlier_factor: float | None = None
     range_slowdown_pct: float | None = None
-    burst_rate_guarded: float = 0.2
+    burst_rate_guarded: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.max_resident_slowdown_pct > 0:

@@ -20,9 +20,27 @@ from canary.probe.judge import (
     sequential_paths,
 )
 
-SETTINGS = JudgeSettings(max_resident_slowdown_pct=10.0, required_confidence=0.95, min_pairs=2)
-# 0.95 confidence, bursts in 20% of windows: ceil(log 0.05 / log 0.8) = 14 usable pairs before a safe verdict.
+SETTINGS = JudgeSettings(max_resident_slowdown_pct=10.0, required_confidence=0.95, min_pairs=2, burst_rate_guarded=0.2)
+# 0.95 confidence, bursts in 20% of windows: ceil(log 0.05 / log 0.8) = 14 usable pairs before a safe verdict
+# (short sequences keep these tests readable; the default guards rarer bursts, see the next test).
 assert SETTINGS.min_safe_pairs == 14
+
+
+def test_by_default_a_safe_verdict_must_have_seen_bursts_in_5_percent_of_windows() -> None:
+    """The default guards bursts down to 5% of windows, the rarest the issue's stress families use:
+    ceil(log 0.05 / log 0.95) = 59 effective pairs at 0.95, ceil(log 0.02 / log 0.95) = 77 at 0.98."""
+    assert JudgeSettings(max_resident_slowdown_pct=15.0, required_confidence=0.95).min_safe_pairs == 59
+    assert JudgeSettings(max_resident_slowdown_pct=5.0, required_confidence=0.98).min_safe_pairs == 77
+    from canary.policy import load_policy
+
+    for name in ("default", "online-inference", "batch", "training"):
+        for klass, budget in load_policy(name).risk_budgets.items():
+            settings = JudgeSettings.from_budget(budget)
+            pairs = budget.max_probe_time_s / (2 * budget.sampling_window_s)
+            assert settings.burst_rate_guarded == 0.05
+            # the shipped budgets leave room for the pairs a safe verdict needs (windows last 0.75-1.25x)
+            assert (budget.max_probe_time_s - budget.baseline_window_s) / (2 * 1.25 * budget.sampling_window_s) \
+                >= settings.min_safe_pairs, (name, klass, pairs)
 
 
 @pytest.mark.parametrize(
