@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, bindparam, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError
@@ -62,7 +63,7 @@ def lookup_query(key: PairKey, *, now: datetime, ttl_s: float) -> Select[*tuple[
 
 
 def lookup(
-    session: Session,
+    session: Session | Connection,
     key: PairKey,
     *,
     driver_version: str | None,
@@ -71,7 +72,8 @@ def lookup(
     allow_cross_driver: bool,
     cross_driver_confidence_factor: float = 0.5,
 ) -> LookupResult:
-    """Pool the usable evidence for ``key`` at ``now``.
+    """Pool the usable evidence for ``key`` at ``now``. ``session`` may be a ``Session`` or a Core
+    ``Connection`` (the admission's read-only transaction: plain rows, no ORM bookkeeping).
 
     Candidates: status ``current``, ``expires_at > now``, created within ``ttl_s``. They are combined
     by ``evidence_store.pooling.pool`` (conclusive records only, the current driver's unless

@@ -109,11 +109,7 @@ class AdmissionHistory:
     def _write(self, batch: list[dict[str, Any]]) -> None:
         from evidence_store import fleet
 
-        def work(session: Any) -> None:
-            for entry in batch:
-                fleet.log_admission(session, **entry)
-
-        self._db("admission_log", work)
+        self._db("admission_log", lambda session: fleet.log_admissions(session, batch))
 
 
 def published_node_devices(svc: Any, node: str, policy: Any) -> list[Any]:
