@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Select, bindparam, select
@@ -48,9 +49,16 @@ _LOOKUP_STATEMENT = (
 )
 
 
+@lru_cache(maxsize=4096)
+def key_digest(key: PairKey) -> str:
+    """``key.digest()``, computed once per key: a key is immutable (a frozen dataclass of six strings)
+    and its digest a pure function of them, while the JSON and hash cost more than the lookup's row."""
+    return key.digest()
+
+
 def _lookup_params(key: PairKey, now: datetime, ttl_s: float) -> dict[str, Any]:
     now = to_utc(now)
-    return {"key_digest": key.digest(), "now": now, "oldest": now - timedelta(seconds=ttl_s)}
+    return {"key_digest": key_digest(key), "now": now, "oldest": now - timedelta(seconds=ttl_s)}
 
 
 def lookup_query(key: PairKey, *, now: datetime, ttl_s: float) -> Select[*tuple[Any, ...]]:
