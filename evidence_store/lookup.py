@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Select, bindparam, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError
@@ -47,9 +49,16 @@ _LOOKUP_STATEMENT = (
 )
 
 
+@lru_cache(maxsize=4096)
+def key_digest(key: PairKey) -> str:
+    """``key.digest()``, computed once per key: a key is immutable (a frozen dataclass of six strings)
+    and its digest a pure function of them, while the JSON and hash cost more than the lookup's row."""
+    return key.digest()
+
+
 def _lookup_params(key: PairKey, now: datetime, ttl_s: float) -> dict[str, Any]:
     now = to_utc(now)
-    return {"key_digest": key.digest(), "now": now, "oldest": now - timedelta(seconds=ttl_s)}
+    return {"key_digest": key_digest(key), "now": now, "oldest": now - timedelta(seconds=ttl_s)}
 
 
 def lookup_query(key: PairKey, *, now: datetime, ttl_s: float) -> Select[*tuple[Any, ...]]:
@@ -62,7 +71,7 @@ def lookup_query(key: PairKey, *, now: datetime, ttl_s: float) -> Select[*tuple[
 
 
 def lookup(
-    session: Session,
+    session: Session | Connection,
     key: PairKey,
     *,
     driver_version: str | None,
@@ -71,7 +80,8 @@ def lookup(
     allow_cross_driver: bool,
     cross_driver_confidence_factor: float = 0.5,
 ) -> LookupResult:
-    """Pool the usable evidence for ``key`` at ``now``.
+    """Pool the usable evidence for ``key`` at ``now``. ``session`` may be a ``Session`` or a Core
+    ``Connection`` (the admission's read-only transaction: plain rows, no ORM bookkeeping).
 
     Candidates: status ``current``, ``expires_at > now``, created within ``ttl_s``. They are combined
     by ``evidence_store.pooling.pool`` (conclusive records only, the current driver's unless

@@ -132,7 +132,7 @@ class Service:
         self.runner = ProbeRunner(engine, config, self.metrics)
         self.tokens = TokenCache(self._verify_token, config.token_cache_s)
         self.metrics.watch_store(self._store_state)
-        self.history = AdmissionHistory(self.db)
+        self.history = AdmissionHistory(self.db, window_s=config.history_window_s)
         self.decisions = anyio.CapacityLimiter(config.decision_threads)  # built in the lifespan: a loop runs
         # Registry entries are immutable once put (a different document under the same name@version is
         # refused), so an exact reference is read from the store once per process.

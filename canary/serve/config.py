@@ -66,6 +66,10 @@ class ServeConfig(BaseModel):
         "published for this long is aborted (nobody else may run it): its waiters get that answer, not a hang")
     log_admissions: bool = Field(default=True, description="record each admission (pair and documents) as history "
                                  "for driver-change revalidation and `canary warm --from-history`")
+    history_window_s: float = Field(
+        default=0.05, ge=0.0, le=5.0, description="the history writer waits this long after a row arrives, so "
+        "the rows of the admissions answered meanwhile share its INSERT and commit (the history is written "
+        "after the answers either way; at shutdown every waiting row is written)")
 
     @model_validator(mode="after")
     def _safe(self) -> ServeConfig:

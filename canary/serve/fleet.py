@@ -45,6 +45,7 @@ def admission_entry(svc: Any, resolved: Any, verdict: str) -> dict[str, Any] | N
     nothing to record (history off, an idle device, unprofiled residents)."""
     from canary.serve.probes import utcnow
     from evidence_store import probe_queue
+    from evidence_store.lookup import key_digest
 
     if not svc.config.log_admissions:
         return None
@@ -54,7 +55,7 @@ def admission_entry(svc: Any, resolved: Any, verdict: str) -> dict[str, Any] | N
         return None  # an idle device or unprofiled residents: no pair to warm or revalidate
     candidate = f"{req.candidate.name}@{req.candidate.version}"
     residents = "+".join(f"{r.name}" for r in req.snapshot.residents)
-    return {"pair_digest": probe_queue.pair_digest(keys), "key_digests": [k.digest() for k in keys],
+    return {"pair_digest": probe_queue.pair_digest(keys), "key_digests": [key_digest(k) for k in keys],
             "device_type": req.spec.name, "device_id": req.device_id,
             "label": f"{candidate} beside {residents} on {req.spec.name} ({req.regime})", "verdict": verdict,
             "request_json": resolved.request_json, "now": utcnow()}
@@ -62,20 +63,23 @@ def admission_entry(svc: Any, resolved: Any, verdict: str) -> dict[str, Any] | N
 
 class AdmissionHistory:
     """Writes the admission history off the request path: a request hands its row over and is answered;
-    one writer task commits every row that arrived while its previous transaction ran, in one
-    transaction (group commit). Under light load a row is in the store a transaction after its answer;
-    under heavy load many rows share one commit instead of one commit each.
+    one writer task waits ``window_s`` after a row arrives, then commits every row waiting, in one
+    multi-row ``INSERT`` and one transaction (group commit). A row is in the store ``window_s`` and a
+    transaction after its answer; at any load the rows of that window share one commit instead of one
+    commit each (one client answered every 5 ms: ~10 rows per commit at the default 50 ms).
 
     History is best effort, as before: a failed write is logged with the number of rows lost, and at
     most ``max_pending`` rows wait (the oldest are dropped, and counted, if the store stays away)."""
 
-    def __init__(self, db: Callable[..., Any], *, max_pending: int = 10_000) -> None:
+    def __init__(self, db: Callable[..., Any], *, max_pending: int = 10_000, window_s: float = 0.0) -> None:
         self._db = db
+        self._window_s = window_s
         self._max_pending = max_pending
         self._pending: list[dict[str, Any]] = []
         self._wake = anyio.Event()
         self.written = 0
         self.dropped = 0
+        self.transactions = 0
 
     def add(self, entry: dict[str, Any] | None) -> None:
         """Queue one row (from the event loop's thread)."""
@@ -91,6 +95,8 @@ class AdmissionHistory:
         """Until cancelled: wait for rows, write what is pending in one transaction, repeat."""
         while True:
             await self._wake.wait()
+            if self._window_s > 0:
+                await anyio.sleep(self._window_s)  # rows answered meanwhile join this transaction
             self._wake = anyio.Event()
             await self.flush()
 
@@ -102,6 +108,7 @@ class AdmissionHistory:
                 try:
                     await anyio.to_thread.run_sync(self._write, batch)
                     self.written += len(batch)
+                    self.transactions += 1
                 except Exception as exc:  # the decisions stand; say what the history lacks and why
                     self.dropped += len(batch)
                     log.warning("admission history: %d row(s) not recorded: %s", len(batch), exc)
@@ -109,11 +116,7 @@ class AdmissionHistory:
     def _write(self, batch: list[dict[str, Any]]) -> None:
         from evidence_store import fleet
 
-        def work(session: Any) -> None:
-            for entry in batch:
-                fleet.log_admission(session, **entry)
-
-        self._db("admission_log", work)
+        self._db("admission_log", lambda session: fleet.log_admissions(session, batch))
 
 
 def published_node_devices(svc: Any, node: str, policy: Any) -> list[Any]:

@@ -15,7 +15,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from canary._model import validate_document
 from canary.admission import Request, build_request, request_from_json
@@ -25,6 +27,7 @@ from canary.profile import WorkloadProfile
 from canary.serve.schemas import DecisionRequest
 from canary.snapshot import DeviceSnapshot
 
+M = TypeVar("M", bound=BaseModel)
 RegistryGet = Callable[[str, str, str | None], dict[str, Any] | None]  # (kind, name, version) → document
 
 _UNTRUSTED_CANARY_FIELDS = ("command", "workdir", "endpoint", "metrics_url", "cubin", "kernel", "request_body")
@@ -51,6 +54,55 @@ def _check_trust(profile: WorkloadProfile, field: str) -> WorkloadProfile:
     return profile
 
 
+#: Most documents ``validated`` keeps; when full it starts over rather than grow.
+DOCUMENT_CACHE_SIZE = 1024
+_documents: dict[tuple[type[Any], bytes], Any] = {}
+_inline_refs: dict[bytes, str] = {}
+
+
+def _content_digest(data: Any) -> bytes | None:
+    """SHA-256 of the exact JSON ``validate_document`` validates ``data`` as; ``None`` when it is not
+    plain JSON data (such data is validated every time, and refused with its own error)."""
+    try:
+        return hashlib.sha256(json.dumps(data).encode()).digest()
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def validated(model: type[M], data: Any, *, file: str) -> tuple[M, bytes | None]:
+    """``validate_document(model, data)``, and the digest of ``data``'s content.
+
+    Validation is a pure function of the document's content and models are frozen, so a document
+    validated once is kept under the digest of its exact content (its JSON text): the same document
+    sent again — a scheduler sends the same few on every request — skips the checks and pydantic; a
+    document that differs in any byte is validated anew. A document that fails is never kept, so it
+    fails every time with its own error."""
+    digest = _content_digest(data)
+    if digest is None:
+        return validate_document(model, data, file=file), None
+    key = (model, digest)
+    hit = _documents.get(key)
+    if hit is None:
+        hit = validate_document(model, data, file=file)
+        if len(_documents) >= DOCUMENT_CACHE_SIZE:
+            _documents.clear()
+        _documents[key] = hit
+    return hit, digest
+
+
+def _inline_ref(snap: DeviceSnapshot, digest: bytes | None) -> str:
+    """``inline:`` and the start of the SHA-256 of the snapshot's canonical JSON (kept per content)."""
+    ref = None if digest is None else _inline_refs.get(digest)
+    if ref is None:
+        canonical = hashlib.sha256(json.dumps(snap.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        ref = f"inline:{canonical[:16]}"
+        if digest is not None:
+            if len(_inline_refs) >= DOCUMENT_CACHE_SIZE:
+                _inline_refs.clear()
+            _inline_refs[digest] = ref
+    return ref
+
+
 def _profile(value: str | dict[str, Any], field: str, registry: RegistryGet) -> WorkloadProfile:
     if isinstance(value, str):
         name, _, version = value.partition("@")
@@ -59,8 +111,8 @@ def _profile(value: str | dict[str, Any], field: str, registry: RegistryGet) -> 
         doc = registry("profile", name, version or None)
         if doc is None:
             raise InputError(f"no profile {value!r} in the registry (canary profiles put FILE)", field=field)
-        return _check_trust(validate_document(WorkloadProfile, doc, file=f"registry profile {value}"), field)
-    return _check_trust(validate_document(WorkloadProfile, value, file=field), field)
+        return _check_trust(validated(WorkloadProfile, doc, file=f"registry profile {value}")[0], field)
+    return _check_trust(validated(WorkloadProfile, value, file=field)[0], field)
 
 
 def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
@@ -74,7 +126,7 @@ def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
             if doc is None:
                 raise InputError(f"no snapshot {value!r} in the registry (canary profiles put --snapshot FILE)",
                                  field="device")
-            snap = validate_document(DeviceSnapshot, doc, file=f"registry snapshot {value}")
+            snap = validated(DeviceSnapshot, doc, file=f"registry snapshot {value}")[0]
             ref = value
         else:
             if ":" in value or "/" in value or "\\" in value:
@@ -84,9 +136,8 @@ def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
             spec = lookup(value)
             return ResolvedDevice(snapshot=idle_snapshot(spec), spec=spec, ref=value, kind="catalog")
     else:
-        snap = validate_document(DeviceSnapshot, value, file="device")
-        digest = hashlib.sha256(json.dumps(snap.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
-        ref = f"inline:{digest[:16]}"
+        snap, digest = validated(DeviceSnapshot, value, file="device")
+        ref = _inline_ref(snap, digest)
     for i, resident in enumerate(snap.residents):
         if resident.profile is not None:
             _check_trust(resident.profile, f"device.residents[{i}].profile")
