@@ -124,7 +124,7 @@ def _cache_file(text: str) -> Path | None:
 def _user_cache_dir() -> str:
     """platformdirs' ``user_cache_dir("canary")``. On Linux, where that is ``$XDG_CACHE_HOME/canary``
     (an absolute ``XDG_CACHE_HOME``) else ``~/.cache/canary`` (an absolute ``HOME``), the same rule is
-    read here directly: importing platformdirs costs ``gpu-fit`` about 3% of its run. Anything else
+    read here directly: importing platformdirs costs ``gpu-fit`` about 1% of its run. Anything else
     (another platform, no usable home) is platformdirs' to answer."""
     if sys.platform == "linux":
         xdg = os.environ.get("XDG_CACHE_HOME", "")
