@@ -5,8 +5,6 @@ JSON (``to_json``) is the machine form; ``render_table`` is the terminal form, w
 measured value next to its threshold.
 """
 
-from __future__ import annotations
-
 import datetime as dt
 from typing import Literal
 
@@ -77,7 +75,7 @@ class Finding(Model):
     )
 
     @model_validator(mode="after")
-    def _shortfall_only_for_no(self) -> Finding:
+    def _shortfall_only_for_no(self) -> "Finding":
         if self.shortfall is not None and self.verdict != "no":
             raise ValueError(f"shortfall {self.shortfall!r} on a finding whose verdict is {self.verdict!r}")
         return self
@@ -103,7 +101,7 @@ class HardFit(Model):
     )
 
     @property
-    def limiting_finding(self) -> Finding | None:
+    def limiting_finding(self) -> "Finding | None":
         for f in self.findings:
             if f.resource == self.limiting_resource and f.verdict != "yes":
                 return f

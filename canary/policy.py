@@ -5,8 +5,6 @@ a name from there or a path. A policy is validated when it is loaded, so a bad o
 any admission, naming the file and field.
 """
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -82,19 +80,19 @@ class RiskBudget(Model):
     )
 
     @model_validator(mode="after")
-    def _windows_fit(self) -> RiskBudget:
+    def _windows_fit(self) -> "RiskBudget":
         if self.sampling_window_s > self.max_probe_time_s:
             raise ValueError("sampling_window_s is longer than max_probe_time_s; no window could complete")
         return self
 
     @model_validator(mode="after")
-    def _guard_above_bound(self) -> RiskBudget:
+    def _guard_above_bound(self) -> "RiskBudget":
         if self.slowdown_guard_pct is not None and self.slowdown_guard_pct <= self.max_resident_slowdown_pct:
             raise ValueError("slowdown_guard_pct must exceed max_resident_slowdown_pct")
         return self
 
     @model_validator(mode="after")
-    def _range_above_bound(self) -> RiskBudget:
+    def _range_above_bound(self) -> "RiskBudget":
         if self.judge_range_pct is not None and self.judge_range_pct <= self.max_resident_slowdown_pct:
             raise ValueError("judge_range_pct must exceed max_resident_slowdown_pct")
         return self
@@ -108,7 +106,7 @@ class RiskBudget(Model):
             else 3 * self.max_resident_slowdown_pct
         )
 
-    def override(self, **changes: Any) -> RiskBudget:
+    def override(self, **changes: Any) -> "RiskBudget":
         """A copy with some bounds changed (per-call overrides), validated again."""
         merged = {**self.model_dump(), **{k: v for k, v in changes.items() if v is not None}}
         return RiskBudget.model_validate(merged)
@@ -191,7 +189,7 @@ class Policy(Model):
     )
 
     @model_validator(mode="after")
-    def _every_class_has_a_budget(self) -> Policy:
+    def _every_class_has_a_budget(self) -> "Policy":
         missing = [c for c in WORKLOAD_CLASSES if c not in self.risk_budgets]
         if missing:
             raise ValueError(f"risk_budgets lacks the workload class(es): {', '.join(missing)}")

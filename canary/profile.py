@@ -5,8 +5,6 @@ from a recorded run, ``observed`` from a live device, ``catalog``, ``simulated``
 certificate can say how far to trust them. ``None`` always means *unknown*, never zero.
 """
 
-from __future__ import annotations
-
 import datetime as dt
 from pathlib import Path
 from typing import Literal
@@ -40,7 +38,7 @@ class MemoryEnvelope(Model):
     source: NumberSource = "declared"
 
     @model_validator(mode="after")
-    def _consistent(self) -> MemoryEnvelope:
+    def _consistent(self) -> "MemoryEnvelope":
         if self.peak_bytes < self.reserved_bytes:
             raise ValueError("peak_bytes is smaller than reserved_bytes; peak is the most the workload ever holds")
         if self.reclaimable_bytes > self.peak_bytes:
@@ -117,7 +115,7 @@ class CanarySpec(Model):
     grid_blocks: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
-    def _complete(self) -> CanarySpec:
+    def _complete(self) -> "CanarySpec":
         if self.executor == "process" and not self.command:
             raise ValueError("executor 'process' needs a command")
         if self.executor == "cuda" and not (self.cubin and self.kernel):
@@ -157,7 +155,7 @@ class WorkloadProfile(Model):
     provenance: Provenance = Provenance()
 
     @model_validator(mode="after")
-    def _unique_kernels(self) -> WorkloadProfile:
+    def _unique_kernels(self) -> "WorkloadProfile":
         names = [k.name for k in self.kernels]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -4,8 +4,6 @@ Read once, in one batch, then computed on while frozen. Every field may be unkno
 a backend that cannot read a value leaves it ``None`` with the reason in ``unknown_reasons``.
 """
 
-from __future__ import annotations
-
 import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -135,7 +133,7 @@ class DeviceSnapshot(Model):
     unknown_reasons: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _consistent(self) -> DeviceSnapshot:
+    def _consistent(self) -> "DeviceSnapshot":
         if (
             self.memory_total_bytes is not None
             and self.memory_used_bytes is not None
@@ -183,7 +181,7 @@ def _instance_matches(ref: str, instance: MigInstance) -> bool:
     return not start or start.strip() == str(instance.start)
 
 
-def validate_snapshot(snapshot: DeviceSnapshot, spec: DeviceSpec, *, file: str | None = None) -> None:
+def validate_snapshot(snapshot: DeviceSnapshot, spec: "DeviceSpec", *, file: str | None = None) -> None:
     """Reject a snapshot that no device could produce; ``InputError`` names the file, field and problem.
 
     Checked: MIG instances listed while MIG is disabled; a MIG profile the device does not have; an

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import stat
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -114,12 +115,26 @@ def _cache_file(text: str) -> Path | None:
         return None
     import hashlib
 
-    import platformdirs
-
     # Keyed by the data and by the classes it is decoded into, so neither can go stale.
     spec_source = resources.files("canary.catalog").joinpath("_spec.py").read_bytes()
     digest = hashlib.sha256(text.encode("utf-8") + spec_source).hexdigest()[:24]
-    return Path(platformdirs.user_cache_dir("canary")) / f"catalog-{digest}.json"
+    return Path(_user_cache_dir()) / f"catalog-{digest}.json"
+
+
+def _user_cache_dir() -> str:
+    """platformdirs' ``user_cache_dir("canary")``. On Linux, where that is ``$XDG_CACHE_HOME/canary``
+    (an absolute ``XDG_CACHE_HOME``) else ``~/.cache/canary`` (an absolute ``HOME``), the same rule is
+    read here directly: importing platformdirs costs ``gpu-fit`` about 1% of its run. Anything else
+    (another platform, no usable home) is platformdirs' to answer."""
+    if sys.platform == "linux":
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        if os.path.isabs(xdg):
+            return os.path.join(xdg, "canary")
+        if os.path.isabs(os.environ.get("HOME", "")):
+            return os.path.join(os.path.expanduser("~/.cache"), "canary")
+    import platformdirs
+
+    return platformdirs.user_cache_dir("canary")
 
 
 def _encode(value: Any) -> Any:

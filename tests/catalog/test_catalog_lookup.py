@@ -121,6 +121,40 @@ def test_device_spec_is_hashable_and_frozen() -> None:
     assert isinstance(spec, DeviceSpec)
 
 
+def test_value_methods_match_what_dataclass_generates() -> None:
+    """The catalog classes share ``__eq__``/``__hash__``/``__repr__`` instead of having them generated;
+    they must behave exactly as ``@dataclass(frozen=True)``'s own: compared with reference classes
+    that dataclass builds from the same fields, on every catalog object."""
+    import dataclasses
+
+    from canary.catalog import CdnaSpec, MigPlacement, MigProfile
+
+    references: dict[type, type] = {
+        cls: dataclasses.make_dataclass(cls.__name__, [(f.name, f.type) for f in dataclasses.fields(cls)], frozen=True)
+        for cls in (DeviceSpec, MigProfile, MigPlacement, CdnaSpec)
+    }
+    objects: list[object] = []
+    for spec in all_devices():
+        objects.append(spec)
+        if spec.cdna is not None:
+            objects.append(spec.cdna)
+        for profile in spec.mig_profiles:
+            objects.append(profile)
+            objects.extend(profile.placements)
+    assert {type(o) for o in objects} == set(references)
+    for obj in objects:
+        ref_cls = references[type(obj)]
+        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}  # type: ignore[arg-type]
+        ref = ref_cls(**values)
+        assert repr(obj) == repr(ref)
+        assert hash(obj) == hash(ref)
+        assert obj == dataclasses.replace(obj)  # type: ignore[type-var]
+        assert obj.__eq__(ref) is NotImplemented and obj != ref
+        first = dataclasses.fields(obj)[0].name  # type: ignore[arg-type]
+        changed = dataclasses.replace(obj, **{first: "changed"})  # type: ignore[type-var]
+        assert obj != changed and (obj == changed) == (ref == ref_cls(**{**values, first: "changed"}))
+
+
 def test_catalog_cache_round_trips_and_survives_corruption(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The validated catalog is cached for fast starts; a corrupt cache is ignored and rewritten."""
     import canary.catalog as catalog
