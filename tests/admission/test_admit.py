@@ -101,15 +101,14 @@ def test_admit_cli_json_and_progress(tmp_path: Path) -> None:
 
 
 def test_store_on_an_older_schema_is_never_migrated_silently(tmp_path: Path) -> None:
-    from evidence_store.engine import downgrade, upgrade
+    from evidence_store.engine import current, upgrade
 
     db = _db(tmp_path)
-    upgrade(db)
-    downgrade(db, "base")
-    upgrade(db, "base")  # an existing, empty, older store
+    upgrade(db, "5e1d0c3a9b21")  # an existing store at the first revision: tables, but an older schema
     proc = subprocess.run([*canary_cmd(), "--db", db, "admit", SNAP, EMB], capture_output=True, text=True,
                           env=cli_env(tmp_path), timeout=60)
     assert proc.returncode == 4 and "canary db upgrade" in proc.stderr and "Traceback" not in proc.stderr
+    assert current(db) == ("5e1d0c3a9b21",)  # left as it was
 
 
 @pytest.mark.parametrize("bad", ["mig:9g.999gb", "green:0"])

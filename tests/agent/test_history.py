@@ -17,13 +17,14 @@ from canary.serve.fleet import pair_keys_of
 from canary.serve.resolve import resolve
 from canary.serve.schemas import DecisionRequest
 from evidence_store import fleet, probe_queue
-from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.engine import make_engine, session_scope
 from evidence_store.evidence import record_evidence
 from evidence_store.fleet_models import WarmPlanRecord
 from evidence_store.schemas import EvidenceIn
 from tests.agent.conftest import WAIT_S, rows
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import profile_doc, snapshot_doc
+from tests.support.stores import migrated_sqlite
 
 DAY = Path(__file__).parent / "fixtures" / "admissions-day.csv"
 
@@ -63,8 +64,7 @@ def _evidence(key: Any, probe_id: str, created: dt.datetime, ttl: dt.timedelta) 
 
 @pytest.mark.slow
 def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
     now = dt.datetime.now(dt.UTC)
     events = _recorded()
     resolved = {p: _resolved(p) for p in sorted({p for _, p in events})}
@@ -113,8 +113,7 @@ def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path
     pytest.param(["--top", "0"], "--top", id="zero-top"),
 ])
 def test_warm_from_history_bad_input(tmp_path: Path, args: list[str], field: str) -> None:
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
     out = subprocess.run([*canary_cmd(), "--db", url, "warm", "--from-history", *args], capture_output=True,
                          text=True, timeout=WAIT_S, env=cli_env(tmp_path))
     assert out.returncode == 2, out.stderr
@@ -179,8 +178,7 @@ def _evidence_ids(url: str) -> set[str]:
 def test_expiring_within_reprobes_exactly_the_pairs_whose_evidence_expires_inside_the_window(tmp_path: Path) -> None:
     """Evidence that expires within ``--expiring-within`` is not fresh for the run ("fresh until" =
     now + window): exactly those pairs are probed again; evidence that outlives the window answers."""
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
     now = dt.datetime.now(dt.UTC)
     resolved = {p: _resolved(p) for p in sorted({p for _, p in _recorded()})}
     _fill_day(url, resolved, now)
@@ -259,8 +257,7 @@ def test_needs_probe_as_of_fresh_until(tmp_path: Path, expires_in_h: float, fres
                                        needs_probe: bool) -> None:
     from canary.jobs.history import _needs_probe
 
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
     now = dt.datetime.now(dt.UTC)
     r = _resolved("p1")
     engine = make_engine(url)
