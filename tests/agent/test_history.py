@@ -24,6 +24,7 @@ from evidence_store.schemas import EvidenceIn
 from tests.agent.conftest import WAIT_S, rows
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import profile_doc, snapshot_doc
+from tests.support.cli import run_in_process
 from tests.support.stores import migrated_sqlite
 
 DAY = Path(__file__).parent / "fixtures" / "admissions-day.csv"
@@ -112,10 +113,12 @@ def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path
     pytest.param(["--expiring-within", "-3h"], "--expiring-within", id="bad-window"),
     pytest.param(["--top", "0"], "--top", id="zero-top"),
 ])
-def test_warm_from_history_bad_input(tmp_path: Path, args: list[str], field: str) -> None:
+def test_warm_from_history_bad_input(tmp_path: Path, args: list[str], field: str, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process (tests/support/cli.py): the slow tests above run the same command as a real process."""
     url = migrated_sqlite(tmp_path / "store.sqlite3")
-    out = subprocess.run([*canary_cmd(), "--db", url, "warm", "--from-history", *args], capture_output=True,
-                         text=True, timeout=WAIT_S, env=cli_env(tmp_path))
+    out = run_in_process(["--db", url, "warm", "--from-history", *args], capsys=capsys, monkeypatch=monkeypatch,
+                         env=cli_env(tmp_path))
     assert out.returncode == 2, out.stderr
     assert field in out.stderr and "Traceback" not in out.stderr
     assert rows(url, WarmPlanRecord) == []

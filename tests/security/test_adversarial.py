@@ -125,4 +125,4 @@ def test_adversarial_input_as_a_real_process(case: Case, world: tuple[Path, dict
 
 def test_the_subset_is_in_the_table() -> None:
     assert set(SUBPROCESS_IDS) <= {c.id for c in CASES}
-    assert SLOW_IDS <= {c.id for c in CASES}
+    assert SLOW_IDS.issubset(c.id for c in CASES)
