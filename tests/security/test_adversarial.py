@@ -33,8 +33,8 @@ from tests.security.adversarial import (
 CASES = all_cases()
 
 
-def test_the_table_has_at_least_150_distinct_cases() -> None:
-    assert len(CASES) >= 150
+def test_case_ids_are_distinct() -> None:
+    """An id names one case: SUBPROCESS_IDS and SLOW_IDS select by id."""
     assert len({c.id for c in CASES}) == len(CASES)
 
 
