@@ -113,7 +113,7 @@ def _drop_all(names: list[str]) -> None:
         with _pg_admin() as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with ThreadPoolExecutor(max_workers=16) as pool:  # well under max_connections (100)
         for done in [pool.submit(drop, name) for name in names]:
             done.result()  # a drop that fails says so at the end of the session
 
