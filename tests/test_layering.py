@@ -11,6 +11,7 @@ been fixed but is still listed (the list only shrinks).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +77,11 @@ def _edges() -> Iterator[Edge]:
                 yield Edge(module, target, node.lineno)
 
 
-EDGES = tuple(_edges())
+@functools.cache
+def all_edges() -> tuple[Edge, ...]:
+    """Every project import edge; parsed on first use, not when the module is collected (every
+    ``pytest`` run collects this file, and an xdist worker that never runs these tests need not parse)."""
+    return tuple(_edges())
 
 # Rooms, by module name prefix. A module belongs to the first room whose prefix matches.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -168,7 +173,7 @@ RULES = [
 
 
 def _violations(rule: Rule) -> list[Edge]:
-    return [e for e in EDGES if room(e.importer) in rule.importers and room(e.imported) in rule.forbidden]
+    return [e for e in all_edges() if room(e.importer) in rule.importers and room(e.imported) in rule.forbidden]
 
 
 @pytest.mark.parametrize("rule", RULES)
@@ -192,7 +197,7 @@ KNOWN_CYCLES: list[set[str]] = []
 def _cycles() -> list[set[str]]:
     """Strongly connected components of more than one module (Tarjan), lazy imports included."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for e in EDGES:
+    for e in all_edges():
         graph[e.importer].add(e.imported)
     index: dict[str, int] = {}
     low: dict[str, int] = {}

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from canary.admission import admit, load_request, utcnow
+from tests.support.cli import run_in_process
 from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 
 SNAP = str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml")
@@ -101,21 +102,22 @@ def test_admit_cli_json_and_progress(tmp_path: Path) -> None:
 
 
 def test_store_on_an_older_schema_is_never_migrated_silently(tmp_path: Path) -> None:
-    from evidence_store.engine import downgrade, upgrade
+    from evidence_store.engine import current, upgrade
 
     db = _db(tmp_path)
-    upgrade(db)
-    downgrade(db, "base")
-    upgrade(db, "base")  # an existing, empty, older store
+    upgrade(db, "5e1d0c3a9b21")  # an existing store at the first revision: tables, but an older schema
     proc = subprocess.run([*canary_cmd(), "--db", db, "admit", SNAP, EMB], capture_output=True, text=True,
                           env=cli_env(tmp_path), timeout=60)
     assert proc.returncode == 4 and "canary db upgrade" in proc.stderr and "Traceback" not in proc.stderr
+    assert current(db) == ("5e1d0c3a9b21",)  # left as it was
 
 
 @pytest.mark.parametrize("bad", ["mig:9g.999gb", "green:0"])
-def test_bad_regime_on_admit(tmp_path: Path, bad: str) -> None:
-    proc = subprocess.run([*canary_cmd(), "admit", SNAP, EMB, "--regime", bad], capture_output=True, text=True,
-                          env=cli_env(tmp_path), timeout=60)
+def test_bad_regime_on_admit(tmp_path: Path, bad: str, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process (tests/support/cli.py); the tests around it run ``canary admit`` as a real process."""
+    proc = run_in_process(["admit", SNAP, EMB, "--regime", bad], capsys=capsys, monkeypatch=monkeypatch,
+                          env=cli_env(tmp_path))
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
 
 

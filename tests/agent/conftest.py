@@ -17,11 +17,21 @@ from sqlalchemy import select
 
 from evidence_store.engine import make_engine, session_scope
 from tests.conftest import canary_cmd, cli_env
-from tests.serve.conftest import EX, backend, pg_server, server_factory, store_url
+from tests.evidence_store.conftest import PgServer, _need_pg
+from tests.serve.conftest import EX, backend, pg_server, server_factory
+from tests.support.stores import migrated_sqlite
 
 __all__ = ["backend", "pg_server", "server_factory", "store_url"]
 
 WAIT_S = 120.0  # generous: CI is a busy 2-core machine; every wait ends as soon as the state is recorded
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path, pg_server: PgServer | None) -> str:
+    """A store migrated to head, private to the test (a copy of one the session migrated)."""
+    if backend == "sqlite":
+        return migrated_sqlite(tmp_path / "evidence.sqlite3")
+    return _need_pg(pg_server).migrated()
 
 
 def rows(url: str, model: Any, *where: Any) -> list[Any]:

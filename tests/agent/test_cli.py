@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import canary_cmd, cli_env
+from tests.support.cli import run_in_process
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -21,11 +22,13 @@ from tests.conftest import canary_cmd, cli_env
                  id="zero-heartbeat"),
     pytest.param(["agent", "run"], "no devices", id="no-devices"),
 ])
-def test_agent_run_bad_input(tmp_path: Path, args: list[str], needle: str) -> None:
+def test_agent_run_bad_input(tmp_path: Path, args: list[str], needle: str, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process (tests/support/cli.py); the two tests below run the installed script."""
     (tmp_path / "x.yaml").write_text("device_type: h100-sxm\n")
     db = tmp_path / "store.sqlite3"
-    out = subprocess.run([*canary_cmd(), "--db", f"sqlite:///{db}", *args], capture_output=True, text=True,
-                         timeout=60, env=cli_env(tmp_path), cwd=tmp_path)
+    out = run_in_process(["--db", f"sqlite:///{db}", *args], capsys=capsys, monkeypatch=monkeypatch,
+                         env=cli_env(tmp_path), cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert needle in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr

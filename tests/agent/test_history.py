@@ -17,13 +17,15 @@ from canary.serve.fleet import pair_keys_of
 from canary.serve.resolve import resolve
 from canary.serve.schemas import DecisionRequest
 from evidence_store import fleet, probe_queue
-from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.engine import make_engine, session_scope
 from evidence_store.evidence import record_evidence
 from evidence_store.fleet_models import WarmPlanRecord
 from evidence_store.schemas import EvidenceIn
 from tests.agent.conftest import WAIT_S, rows
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import profile_doc, snapshot_doc
+from tests.support.cli import run_in_process
+from tests.support.stores import migrated_sqlite
 
 DAY = Path(__file__).parent / "fixtures" / "admissions-day.csv"
 
@@ -63,8 +65,7 @@ def _evidence(key: Any, probe_id: str, created: dt.datetime, ttl: dt.timedelta) 
 
 @pytest.mark.slow
 def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
     now = dt.datetime.now(dt.UTC)
     events = _recorded()
     resolved = {p: _resolved(p) for p in sorted({p for _, p in events})}
@@ -112,11 +113,12 @@ def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path
     pytest.param(["--expiring-within", "-3h"], "--expiring-within", id="bad-window"),
     pytest.param(["--top", "0"], "--top", id="zero-top"),
 ])
-def test_warm_from_history_bad_input(tmp_path: Path, args: list[str], field: str) -> None:
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
-    out = subprocess.run([*canary_cmd(), "--db", url, "warm", "--from-history", *args], capture_output=True,
-                         text=True, timeout=WAIT_S, env=cli_env(tmp_path))
+def test_warm_from_history_bad_input(tmp_path: Path, args: list[str], field: str, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process (tests/support/cli.py): the slow tests above run the same command as a real process."""
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
+    out = run_in_process(["--db", url, "warm", "--from-history", *args], capsys=capsys, monkeypatch=monkeypatch,
+                         env=cli_env(tmp_path))
     assert out.returncode == 2, out.stderr
     assert field in out.stderr and "Traceback" not in out.stderr
     assert rows(url, WarmPlanRecord) == []
@@ -179,8 +181,7 @@ def _evidence_ids(url: str) -> set[str]:
 def test_expiring_within_reprobes_exactly_the_pairs_whose_evidence_expires_inside_the_window(tmp_path: Path) -> None:
     """Evidence that expires within ``--expiring-within`` is not fresh for the run ("fresh until" =
     now + window): exactly those pairs are probed again; evidence that outlives the window answers."""
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
     now = dt.datetime.now(dt.UTC)
     resolved = {p: _resolved(p) for p in sorted({p for _, p in _recorded()})}
     _fill_day(url, resolved, now)
@@ -259,8 +260,7 @@ def test_needs_probe_as_of_fresh_until(tmp_path: Path, expires_in_h: float, fres
                                        needs_probe: bool) -> None:
     from canary.jobs.history import _needs_probe
 
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
     now = dt.datetime.now(dt.UTC)
     r = _resolved("p1")
     engine = make_engine(url)

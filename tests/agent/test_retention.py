@@ -17,6 +17,7 @@ from evidence_store.engine import make_engine, session_scope
 from evidence_store.fleet_models import AdmissionLog
 from tests.agent.conftest import WAIT_S, rows, wait_for, write_device
 from tests.conftest import canary_cmd, cli_env
+from tests.support.cli import run_in_process
 
 AGES_DAYS = {"ancient": 400.0, "old": 31.0, "month": 29.0, "week": 6.0, "today": 0.1}
 
@@ -43,6 +44,7 @@ def _prune(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[
                           timeout=WAIT_S, env=cli_env(tmp_path))
 
 
+@pytest.mark.slow
 def test_db_prune_keeps_the_retention_window(store_url: str, tmp_path: Path) -> None:
     _fill(store_url)
     dry = _prune(store_url, tmp_path, "--dry-run", "--json")
@@ -63,9 +65,12 @@ def test_db_prune_keeps_the_retention_window(store_url: str, tmp_path: Path) -> 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("age", ["soon", "-3d", "0", "1e9w"])
-def test_db_prune_bad_age(store_url: str, tmp_path: Path, age: str) -> None:
+def test_db_prune_bad_age(store_url: str, tmp_path: Path, age: str, capsys: pytest.CaptureFixture[str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process (tests/support/cli.py): the retention-window test runs ``db prune`` as a real process."""
     _fill(store_url)
-    out = _prune(store_url, tmp_path, "--admission-log-older-than", age)
+    out = run_in_process(["--db", store_url, "db", "prune", "--admission-log-older-than", age], capsys=capsys,
+                         monkeypatch=monkeypatch, env=cli_env(tmp_path))
     assert out.returncode == 2, out.stderr
     assert "--admission-log-older-than" in out.stderr and "Traceback" not in out.stderr
     assert _kept(store_url) == sorted(AGES_DAYS)

@@ -17,6 +17,7 @@ from evidence_store.engine import RetryPolicy, make_engine, session_scope, upgra
 from evidence_store.evidence import record_evidence
 from evidence_store.reservations import reserve
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence
+from tests.support.stores import migrated_sqlite
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -38,9 +39,7 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
-    upgrade(url)
-    return url
+    return migrated_sqlite(tmp_path / "cli.sqlite3")
 
 
 def _fill(url: str) -> list[str]:

@@ -122,6 +122,7 @@ def test_signed_exports_verify_and_tampering_is_refused(tmp_path: Path, monkeypa
         read_export(dropped, key=key)
 
 
+@pytest.mark.slow
 def test_the_cli_signs_and_verifies_with_the_operator_key(tmp_path: Path) -> None:
     import subprocess
 

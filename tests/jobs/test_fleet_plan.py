@@ -14,9 +14,10 @@ from canary.errors import InputError
 from canary.jobs.plan import PlannedPair, WarmPlan
 from canary.jobs.warm import warm_fleet_async
 from evidence_store import warm_queue
-from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.engine import make_engine, session_scope
 from evidence_store.models import WarmQueue
 from tests.conftest import EXAMPLES
+from tests.support.stores import migrated_sqlite
 
 PROFILE = str(EXAMPLES / "profiles" / "llm-decode.yaml")
 NOW = dt.datetime(2026, 12, 1, 8, 0, tzinfo=dt.UTC)
@@ -37,8 +38,7 @@ def _rows(url: str) -> list[tuple[str, str, str | None]]:
 
 
 def test_a_node_with_another_plan_is_refused_and_changes_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fleet.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "fleet.sqlite3")
     first = _plan("h100")
     eng = make_engine(url)
     try:
@@ -55,8 +55,7 @@ def test_a_node_with_another_plan_is_refused_and_changes_nothing(tmp_path: Path)
 
 
 def test_the_same_plan_joins_the_run(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fleet.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "fleet.sqlite3")
     plan = _plan("h100")
     eng = make_engine(url)
     try:

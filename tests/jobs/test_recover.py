@@ -23,10 +23,11 @@ from sqlalchemy import Engine, text
 
 from canary.admission.recovery import RecoverReport, kill_orphan, recover, recover_store
 from canary.probe.procs import group_alive
-from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.engine import make_engine, session_scope
 from evidence_store.journal import journal_get, journal_start
 from evidence_store.keys import PairKey
 from tests.support.helpers import free_port
+from tests.support.stores import migrated_sqlite
 from tests.support.subprocesses import HANG_S, Child
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +37,7 @@ KEY = PairKey("r1", "any", "c1", "any", "h100-sxm", "timeslice")
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
-    url = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "evidence.sqlite3")
     engine = make_engine(url)
     yield url, engine
     engine.dispose()

@@ -15,10 +15,11 @@ import pytest
 
 from canary.probe.orchestrator import ROLLBACK_GRACE_S
 from canary.probe.procs import group_alive, signal_group
-from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.engine import make_engine, session_scope
 from evidence_store.journal import journal_get
 from tests.support.helpers import free_port
 from tests.support.paths import ROOT
+from tests.support.stores import migrated_sqlite
 from tests.support.subprocesses import Child
 
 DRIVER = ROOT / "tests" / "support" / "crash_driver.py"
@@ -33,8 +34,7 @@ def _sigint_as_in_a_terminal() -> None:
 
 
 def test_sigint_mid_probe_rolls_back_and_records_aborted(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "evidence.sqlite3")
     pgid = 0
     with Child(
         [sys.executable, str(DRIVER), url, "ctrl-c", str(free_port())],

@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -250,7 +251,8 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
     files["pol_env_bad_name"] = policy_text + "candidate_environment: ['A=B']\n"
     files["pol_hosts_url"] = policy_text + "probe_hosts: ['http://10.0.0.1/']\n"
     files["pol_hosts_empty"] = policy_text + "probe_hosts: ['']\n"
-    files["pol_budget_inf"] = policy_text.replace("max_probe_time_s: 60", "max_probe_time_s: .inf")
+    files["pol_budget_inf"] = re.sub(r"max_probe_time_s: \d+", "max_probe_time_s: .inf", policy_text, count=1)
+    assert files["pol_budget_inf"] != policy_text, "the shipped policy has no max_probe_time_s to make infinite"
     # "2000" is also the start of "20000": the batch budget reads 1.0e+3000, which YAML makes infinite.
     files["pol_budget_1e300"] = policy_text.replace("max_requests_exposed: 2000", "max_requests_exposed: 1.0e+300")
     files["pol_budget_missing"] = y(_with(yaml.safe_load(policy_text), "risk_budgets.batch", _DELETE))

@@ -33,8 +33,8 @@ from tests.security.adversarial import (
 CASES = all_cases()
 
 
-def test_the_table_has_at_least_150_distinct_cases() -> None:
-    assert len(CASES) >= 150
+def test_case_ids_are_distinct() -> None:
+    """An id names one case: SUBPROCESS_IDS and SLOW_IDS select by id."""
     assert len({c.id for c in CASES}) == len(CASES)
 
 
@@ -76,7 +76,12 @@ def _check(case: Case, code: int, err: str, before: tuple[str, list[str]], after
     assert not any("pwned" in name for name in after[1])
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
+# Cases that take seconds alone (a 300 000-value document parsed before it is refused): ``make test``.
+SLOW_IDS = {"profile-wide", "snapshot-wide"}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.id in SLOW_IDS else []) for c in CASES])
 def test_adversarial_input_in_process(
     case: Case,
     world: tuple[Path, dict[str, str], str],
@@ -120,3 +125,4 @@ def test_adversarial_input_as_a_real_process(case: Case, world: tuple[Path, dict
 
 def test_the_subset_is_in_the_table() -> None:
     assert set(SUBPROCESS_IDS) <= {c.id for c in CASES}
+    assert SLOW_IDS.issubset(c.id for c in CASES)

@@ -64,6 +64,7 @@ def test_fit_and_admit_through_the_service_match_local(store_url: str, server_fa
     assert gone.returncode == 4 and "did not answer" in gone.stderr
 
 
+@pytest.mark.slow
 def test_profiles_put_list_show(store_url: str, tmp_path: Path) -> None:
     put = _canary(tmp_path, store_url, "profiles", "put", str(PROF / "llm-decode.yaml"))
     assert put.returncode == 0 and "stored profile llm-decode@" in put.stdout

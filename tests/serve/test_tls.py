@@ -70,6 +70,7 @@ def test_https_with_the_operators_certificate(store_url: str, tmp_path: Path) ->
         server.stop()
 
 
+@pytest.mark.slow
 def test_mutual_tls_refuses_a_client_without_certificate(store_url: str, tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path, "server")
     client_cert, client_key = _self_signed(tmp_path, "client")

@@ -86,6 +86,7 @@ def make_token_after_upgrade(url: str, tmp_path: Path) -> str:
     return make_token(url, "read")
 
 
+@pytest.mark.slow
 def test_workers_refuse_a_missing_metrics_directory(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'evidence.sqlite3'}"
     make_token_after_upgrade(url, tmp_path)
