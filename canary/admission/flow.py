@@ -27,7 +27,7 @@ from canary.admission.decisions import (
 )
 from canary.admission.request import Request
 from canary.admission.store import EvidenceAccess, feedback_evidence, open_store_for_writing, probe_evidence
-from canary.certificate import Certificate, ReservationRef
+from canary.certificate import Certificate, HardFit, ReservationRef
 from canary.errors import InputError
 from canary.profile import WorkloadProfile
 from canary.snapshot import Resident
@@ -46,6 +46,45 @@ ProgressFn = Callable[["ProbeProgress"], None] | None
 AnnounceFn = Callable[[str], object]
 #: Wraps each probe's monitor (e.g. the service pacing simulated windows in wall time).
 MonitorWrapper = Callable[["Monitor"], "Monitor"]
+#: Stage 1 of a request given the memory others booked and where that number came from: ``hard_fit``,
+#: or a ``Stage1Memo`` in front of it.
+Stage1 = Callable[..., HardFit]
+
+
+class Stage1Memo:
+    """``hard_fit`` by its exact inputs, for a process that is asked the same question over and over
+    (the service: a scheduler sends the same few documents with every request).
+
+    Stage 1 is a pure function of the snapshot, the candidate, the catalog spec, the policy, the regime,
+    and the memory others booked with its source. The documents are frozen models, and the service's
+    resolver hands out one object per distinct document content, so the same objects are the same
+    inputs; an entry keeps its input objects alive, so no id in a key can be reused by another object
+    while the entry exists. Booked memory is read from the store by every decision and is part of the
+    key, so a booking or a release is seen at once. At most ``size`` entries; when full it starts over."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._entries: dict[tuple[object, ...], tuple[tuple[object, ...], HardFit]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __call__(self, req: Request, *, reserved_bytes_by_others: int | None,
+                 reservations_source: str | None) -> HardFit:
+        inputs = (req.snapshot, req.candidate, req.spec, req.policy)
+        key = (*map(id, inputs), req.regime, reserved_bytes_by_others, reservations_source)
+        hit = self._entries.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit[1]
+        self.misses += 1
+        hard = hard_fit(req, reserved_bytes_by_others=reserved_bytes_by_others, reservations_source=reservations_source)
+        if len(self._entries) >= self._size:
+            self._entries.clear()
+        self._entries[key] = (inputs, hard)
+        return hard
 
 
 def utcnow() -> dt.datetime:
@@ -56,27 +95,17 @@ NOT_CONSULTED = ("not counted: no evidence store consulted (--no-store), so memo
                  "on this device is not subtracted")
 
 
-def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
-    """Stage 1 and an evidence lookup (one read-only transaction); never probes."""
+def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime, *, stage1: Stage1 = hard_fit) -> Certificate:
+    """Stage 1 and an evidence lookup (bookings and evidence in one statement); never probes."""
     if access is not None:
-        with access.reading():
-            return _fit(req, access, now)
-    return _fit(req, None, now)
-
-
-def _fit(req: Request, access: EvidenceAccess | None, now: dt.datetime) -> Certificate:
-    if access is not None:
-        reserved, source = access.bookings(req.device_id, now)
+        reserved, source, evidence = access.decision_inputs(req, now)
     else:  # the caller chose not to read the store (gpu-fit --no-store): say so next to the number
         reserved, source = 0, NOT_CONSULTED
-    hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
+        evidence = [PairEvidence(r.name, None, None, reason="no evidence store consulted")
+                    for r in req.snapshot.residents]
+    hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
     decision = hard_fit_decision(req, hard)
     if decision is None:
-        if access is None:
-            evidence = [PairEvidence(r.name, None, None, reason="no evidence store consulted")
-                        for r in req.snapshot.residents]
-        else:
-            evidence = [access.lookup(req, r, now) for r in req.snapshot.residents]
         decision = cache_decision(req, evidence)
     return make_certificate(req, hard, decision, now)
 
@@ -87,11 +116,10 @@ def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime, *,
     evidence decides without a probe (or a resident without a profile makes a probe pointless).
     The service uses it to coordinate probes (one per pair key) before deciding.
     ``evidence_as_of``: only evidence still fresh then counts (``EvidenceAccess.lookup``'s ``as_of``)."""
-    reserved, source = access.bookings(req.device_id, now)
+    reserved, source, evidence = access.decision_inputs(req, now, as_of=evidence_as_of)
     hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
     if hard_fit_decision(req, hard) is not None:
         return []
-    evidence = [access.lookup(req, r, now, as_of=evidence_as_of) for r in req.snapshot.residents]
     if cache_decision(req, evidence).verdict != "unknown":
         return []
     return pairs_needing_probe(evidence)
@@ -111,6 +139,7 @@ async def admit_async(
     monitor_wrapper: MonitorWrapper | None = None,
     defer_probe: Callable[[list[PairKey]], None] | None = None,
     evidence_as_of: dt.datetime | None = None,
+    stage1: Stage1 = hard_fit,
 ) -> Certificate:
     """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
     reservation and certificate committed together (or nothing). ``now`` is a clock function.
@@ -122,7 +151,7 @@ async def admit_async(
     probe starts, with nothing written yet; the service passes one that raises to hand the probe to
     its coordinator (one probe per pair key) instead of running it here. ``evidence_as_of`` (a time
     after now): evidence that expires before it counts as missing, so its pair is probed (the nightly
-    warm job's "fresh until"); default: as of now."""
+    warm job's "fresh until"); default: as of now. ``stage1``: ``hard_fit``, or a ``Stage1Memo``."""
     from evidence_store.certificates import record_certificate
     from evidence_store.engine import session_scope
     from evidence_store.errors import ReservationConflict
@@ -138,15 +167,12 @@ async def admit_async(
         engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess.over(engine)
     started = clock()
-    with access.reading():  # the bookings and the evidence: one read-only transaction
-        reserved, source = access.bookings(req.device_id, started)
-        hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
-        decision = hard_fit_decision(req, hard)
-        evidence = None if decision is not None else [access.lookup(req, r, started, as_of=evidence_as_of)
-                                                      for r in req.snapshot.residents]
+    # the bookings and the evidence: one statement, one snapshot of the store
+    reserved, source, evidence = access.decision_inputs(req, started, as_of=evidence_as_of)
+    hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
+    decision = hard_fit_decision(req, hard)
     runs: list[ProbeRun] = []
     if decision is None:
-        assert evidence is not None
         decision = cache_decision(req, evidence)
         missing = [(r, e) for r, e in zip(req.snapshot.residents, evidence, strict=True)
                    if e.outcome is None and e.key is not None]

@@ -24,6 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from canary.admission.flow import Stage1Memo
 from canary.certificate import Certificate
 from canary.errors import CanaryError, InputError, SchemaOutOfDate, StoreUnavailable
 from canary.serve import schemas as S
@@ -134,6 +135,7 @@ class Service:
         self.metrics.watch_store(self._store_state)
         self.history = AdmissionHistory(self.db, window_s=config.history_window_s)
         self.decisions = anyio.CapacityLimiter(config.decision_threads)  # built in the lifespan: a loop runs
+        self.stage1 = Stage1Memo()  # stage 1 by its exact inputs: the same documents arrive again and again
         # Registry entries are immutable once put (a different document under the same name@version is
         # refused), so an exact reference is read from the store once per process.
         self._registry_cache: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -385,7 +387,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         def work() -> Certificate:
             resolved = svc.resolve(body)
             with svc.metrics.store_op("fit"):
-                return core_fit(resolved.request, svc.access(), utcnow())
+                return core_fit(resolved.request, svc.access(), utcnow(), stage1=svc.stage1)
 
         cert = await anyio.to_thread.run_sync(work, limiter=svc.decisions)
         svc.metrics.decided("fit", cert, time.perf_counter() - t0)
@@ -410,7 +412,8 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
             try:
                 with svc.metrics.store_op("admit"):
                     cert: Certificate = _run_sync(admit_async(req, engine=svc.engine, probe=body.probe,
-                                                              reserve=body.reserve, defer_probe=_defer))
+                                                              reserve=body.reserve, defer_probe=_defer,
+                                                              stage1=svc.stage1))
                 return cert, admission_entry(svc, resolved, cert.verdict)
             except ProbeDeferred as deferred:
                 digest = probe_queue.pair_digest(deferred.keys)

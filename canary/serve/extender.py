@@ -168,7 +168,7 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
     for device in devices:
         try:
             req = build_request(device, candidate, policy, regime=notes.get(cfg.extender_regime_annotation))
-            cert = fit(req, access, now)
+            cert = fit(req, access, now, stage1=svc.stage1)
         except CanaryError as exc:
             any_unknown = True
             reasons.append(f"{device.ref}: unknown: {exc}")
