@@ -282,16 +282,36 @@ def log_admission(session: Session, *, pair_digest: str, key_digests: Sequence[s
 
 
 def log_admissions(session: Session, entries: Sequence[dict[str, Any]]) -> None:
-    """Rows of the admission history (each with ``log_admission``'s arguments) in one multi-row
-    ``INSERT``: the service's history writer hands over every row that waited for its transaction,
-    and an ORM object per row cost more CPU than the admission it records."""
+    """The admission history of ``entries`` (each with ``log_admission``'s arguments), written together:
+    one row per pair, device, verdict and label among them, with ``requests`` the number of admissions
+    it stands for, ``at`` the newest one's time and ``request_json`` the newest one's request (the last
+    in ``entries`` among equal times).
+
+    The service's history writer hands over every admission of its window (50 ms by default). A
+    scheduler asks about the same pair hundreds of times a second, with the same documents (kilobytes)
+    each time: a row and a copy of the request per admission made the table grow by tens of millions of
+    rows a day and the writer's transactions, which overlap requests, several times longer. What reads
+    the history wants counts, recency and a pair's newest request (``hot_pairs``,
+    ``latest_request_for_keys``). One multi-row ``INSERT``, Core: no ORM object per row."""
     if not entries:
         return
-    rows = [{"id": str(uuid.uuid4()), "at": to_utc(e["now"]), "pair_digest": e["pair_digest"],
-             "key_digests": sorted(e["key_digests"]), "device_type": e["device_type"], "device_id": e["device_id"],
-             "label": e["label"][:600], "verdict": e["verdict"], "request_json": dict(e["request_json"])}
-            for e in entries]
-    session.execute(insert(cast(Table, AdmissionLog.__table__)), rows)  # Core: no ORM object per row
+    groups: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for e in entries:
+        label = e["label"][:600]
+        at = to_utc(e["now"])
+        key = (e["pair_digest"], e["device_id"], e["verdict"], label)
+        row = groups.get(key)
+        if row is None:
+            groups[key] = {"id": str(uuid.uuid4()), "at": at, "pair_digest": e["pair_digest"],
+                           "key_digests": sorted(e["key_digests"]), "device_type": e["device_type"],
+                           "device_id": e["device_id"], "label": label, "verdict": e["verdict"],
+                           "request_json": e["request_json"], "requests": 1}
+            continue
+        row["requests"] += 1
+        if at >= row["at"]:
+            row["at"], row["request_json"] = at, e["request_json"]
+    rows = [{**row, "request_json": dict(row["request_json"])} for row in groups.values()]
+    session.execute(insert(cast(Table, AdmissionLog.__table__)), rows)
 
 
 def prune_admission_log(session: Session, *, before: datetime, limit: int = PRUNE_BATCH) -> int:
@@ -335,7 +355,7 @@ def hot_pairs(session: Session, *, since: datetime, device_type: str | None = No
     if device_type is not None:
         conds.append(AdmissionLog.device_type == device_type)
     counts = session.execute(
-        select(AdmissionLog.pair_digest, func.count(), func.max(AdmissionLog.at))
+        select(AdmissionLog.pair_digest, func.sum(AdmissionLog.requests), func.max(AdmissionLog.at))
         .where(*conds).group_by(AdmissionLog.pair_digest)
     ).all()
     ranked = sorted(((str(d), int(n), to_utc(last)) for d, n, last in counts), key=lambda t: (-t[1], -t[2].timestamp(), t[0]))

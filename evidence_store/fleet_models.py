@@ -60,6 +60,10 @@ class AdmissionLog(Base):
     label: Mapped[str] = mapped_column(String(600))
     verdict: Mapped[str] = mapped_column(String(16))
     request_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The newest request of the row's admissions, documents by value."""
+    requests: Mapped[int] = mapped_column(Integer, server_default="1")
+    """How many admissions the row stands for: the service writes one row per pair, device, verdict and
+    label for each window of its history writer (``fleet.log_admissions``); ``at`` is the newest."""
 
 
 class DriftEvent(Base):

@@ -244,3 +244,38 @@ def test_an_unreadable_device_keeps_its_claim_and_goes_stale(engine: Any) -> Non
     assert row.claim_expires_at == later + dt.timedelta(seconds=30) and row.published_at == T0  # not refreshed
     with pytest.raises(fleet.DeviceClaimed, match="held by agent agent/a"), session_scope(engine) as s:
         fleet.renew_claim(s, node="n1", name="gpu0", agent="agent/b", now=later, claim_s=30)
+
+
+def test_a_window_of_admissions_is_one_row_per_pair_device_verdict_and_label(engine: Any) -> None:
+    """The history writer's batch: admissions of one pair, device, verdict and label become one row that
+    counts them, with the newest one's time and request; the ranking counts admissions, not rows."""
+    from sqlalchemy import select
+
+    from evidence_store.fleet_models import AdmissionLog
+
+    def entry(n: int, pair: str, verdict: str = "admit", device: str = "x", second: int | None = None) -> dict[str, Any]:
+        return {"pair_digest": pair, "key_digests": [f"k-{pair}"], "device_type": "h100-sxm", "device_id": device,
+                "label": pair, "verdict": verdict, "request_json": {"device": {"ref": device}, "n": n},
+                "now": T0 + dt.timedelta(seconds=n if second is None else second)}
+
+    batch = [entry(0, "p-a"), entry(1, "p-b"), entry(2, "p-a"), entry(3, "p-a", verdict="reject"),
+             entry(4, "p-a", device="y"), entry(5, "p-a", second=2),  # same time as n=2: the later one is newest
+             entry(6, "p-b", second=0)]  # older than p-b's n=1: not the newest
+    with session_scope(engine) as s:
+        fleet.log_admissions(s, batch)
+    with session_scope(engine, read_only=True) as s:
+        rows = {(r.pair_digest, r.device_id, r.verdict): (r.requests, r.request_json["n"], r.at)
+                for r in s.scalars(select(AdmissionLog))}
+        assert rows == {
+            ("p-a", "x", "admit"): (3, 5, T0 + dt.timedelta(seconds=2)),
+            ("p-a", "x", "reject"): (1, 3, T0 + dt.timedelta(seconds=3)),
+            ("p-a", "y", "admit"): (1, 4, T0 + dt.timedelta(seconds=4)),
+            ("p-b", "x", "admit"): (2, 1, T0 + dt.timedelta(seconds=1)),
+        }
+        hot = fleet.hot_pairs(s, since=T0 - dt.timedelta(hours=1))
+        assert [(h.pair_digest, h.requests, h.request_json["n"]) for h in hot] == [("p-a", 5, 4), ("p-b", 2, 1)]
+    with session_scope(engine) as s:  # a later window adds rows; counts add up across them
+        fleet.log_admissions(s, [entry(9, "p-b"), entry(10, "p-b")])
+    with session_scope(engine, read_only=True) as s:
+        hot = fleet.hot_pairs(s, since=T0 - dt.timedelta(hours=1))
+        assert [(h.pair_digest, h.requests, h.request_json["n"]) for h in hot] == [("p-a", 5, 4), ("p-b", 4, 10)]

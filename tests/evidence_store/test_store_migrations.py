@@ -135,3 +135,40 @@ def test_slowdowns_kept_as_fractions_become_percent(empty_url: str) -> None:
         assert back == pytest.approx(0.04)
     finally:
         eng.dispose()
+
+
+def test_history_rows_that_count_several_admissions_become_as_many_rows_on_downgrade(empty_url: str) -> None:
+    """``a3e8c1f5d207``: a history row stands for ``requests`` admissions of one writer window; the schema
+    before it counts one row per admission, so a downgrade writes a row per admission back."""
+    import datetime as dt
+
+    from sqlalchemy import text
+
+    from evidence_store import fleet
+    from evidence_store.engine import session_scope
+
+    upgrade(empty_url, "a3e8c1f5d207")
+    eng = make_engine(empty_url)
+    t0 = dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)
+    try:
+        with session_scope(eng) as s:
+            fleet.log_admissions(s, [
+                {"pair_digest": pair, "key_digests": [pair], "device_type": "h100-sxm", "device_id": "x",
+                 "label": pair, "verdict": "admit", "request_json": {"n": n}, "now": t0 + dt.timedelta(seconds=n)}
+                for n, pair in enumerate(["p", "q", "p", "p", "q"])])
+        with eng.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM admission_log")).scalar_one() == 2
+        downgrade(empty_url, "9c2d4e6f8a10")
+        with eng.connect() as conn:
+            rows = conn.execute(text("SELECT pair_digest, request_json, key_digests FROM admission_log")).all()
+        import json
+
+        def n_of(value: object) -> int:
+            return int((json.loads(value) if isinstance(value, str) else value)["n"])  # type: ignore[arg-type,index]
+
+        assert sorted((p, n_of(r)) for p, r, _ in rows) == [("p", 3), ("p", 3), ("p", 3), ("q", 4), ("q", 4)]
+        upgrade(empty_url, "a3e8c1f5d207")
+        with eng.connect() as conn:
+            assert conn.execute(text("SELECT sum(requests), count(*) FROM admission_log")).one() == (5, 5)
+    finally:
+        eng.dispose()
