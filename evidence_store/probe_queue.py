@@ -157,6 +157,16 @@ def _busy_devices(session: Session) -> set[str]:
     return {d for d in rows if d is not None}
 
 
+_ANY_QUEUED = select(ServeProbe.id).where(ServeProbe.state == "queued").limit(1)
+
+
+def any_queued(session: Session) -> bool:
+    """Whether any probe waits: one indexed read (``ix_serve_probes_state_created``) that a poller runs
+    before ``claim_next``'s write transaction (its busy-device read and its row locks), which an idle
+    queue does not need."""
+    return session.execute(_ANY_QUEUED).first() is not None
+
+
 def claim_next(
     session: Session,
     *,

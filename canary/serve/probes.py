@@ -190,6 +190,10 @@ class ProbeRunner:
     async def _tick(self, tg: Any) -> None:
         if anyio.current_time() - self._last_recovery > self.config.probe_lease_s / 3:
             await self.recover()
+        if self.running >= self.config.max_concurrent_probes:
+            return
+        if not await self._db("probe_peek", probe_queue.any_queued, read_only=True):
+            return  # an idle queue: no claim transaction (this runs four times a second)
         while self.running < self.config.max_concurrent_probes:
             ticket: ProbeTicket | None = await self._db("probe_claim", self._claim)
             if ticket is None:

@@ -82,6 +82,24 @@ def test_one_running_probe_per_device_and_leases(store_url: str) -> None:
     assert not joined and again.id != c.id
 
 
+def test_the_poller_peeks_before_it_claims(store_url: str) -> None:
+    """``any_queued`` answers whether ``claim_next`` could find work: only queued probes count."""
+    engine = make_engine(store_url)
+    with session_scope(engine, read_only=True) as s:
+        assert not probe_queue.any_queued(s)
+    a, _ = _submit(engine, 1, "gpu-a")
+    with session_scope(engine, read_only=True) as s:
+        assert probe_queue.any_queued(s)
+    with session_scope(engine) as s:
+        assert probe_queue.claim_next(s, owner="w1", lease_s=10, now=T0) is not None
+    with session_scope(engine, read_only=True) as s:
+        assert not probe_queue.any_queued(s)  # running is not waiting
+    with session_scope(engine) as s:
+        probe_queue.finish(s, a.id, owner="w1", state="done", now=T0)
+    with session_scope(engine, read_only=True) as s:
+        assert not probe_queue.any_queued(s)
+
+
 def test_cancelling_a_queued_probe_frees_its_pair(store_url: str) -> None:
     engine = make_engine(store_url)
     a, _ = _submit(engine, 7, "gpu-a")
