@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from canary.bench import profiles as bp
 from canary.catalog import lookup
+from canary.regime import Regime, parse_regime
 from canary.snapshot import DeviceSnapshot, MigInstance, MigState, MpsState, Resident, load_snapshot
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ class Scenario:
     def spec(self) -> DeviceSpec:
         return lookup(self.snapshot.device_type)
 
+    @property
+    def placement(self) -> Regime:
+        """``regime`` parsed by the one regime parser (``canary.regime.parse_regime``)."""
+        return parse_regime(self.regime, field=f"scenario {self.id}: regime")
+
 
 def _snapshot(
     device_type: str,
@@ -82,7 +88,8 @@ def _snapshot(
     """A device as a backend reports it: residents' observed memory is what they hold now (their
     reserved memory, or the given figure for an unprofiled process)."""
     spec = lookup(device_type)
-    mps = regime.startswith("mps")
+    kind = parse_regime(regime, field="scenario regime").kind
+    mps = kind == "mps"
     res: list[Resident] = []
     for name, profile, observed in residents:
         memory = observed if observed is not None else (profile.memory.reserved_bytes if profile else None)
@@ -96,7 +103,7 @@ def _snapshot(
         driver_version="580.95.05",
         cuda_driver_version="13.0",
         compute_mode=compute_mode,
-        mig=MigState(enabled=bool(mig_instances) or regime.startswith("mig"), instances=mig_instances),
+        mig=MigState(enabled=bool(mig_instances) or kind == "mig", instances=mig_instances),
         mps=MpsState(running=mps, clients=len(res) if mps else 0, max_clients=48 if mps else None,
                      pinned_memory_limit_bytes=spec.memory_bytes if mps else None),
         memory_total_bytes=spec.memory_bytes,
@@ -232,7 +239,7 @@ def _temporal() -> list[Scenario]:
     for i, (rname, rprof) in enumerate(residents):
         for cname, cprof in candidates:
             for regime in (f"mps:{cprof.sharing.mps_active_thread_pct}", "timeslice"):
-                kind = regime.split(":")[0]
+                kind = parse_regime(regime, field="scenario regime").kind
                 out.append(Scenario(
                     f"temporal-{rname}-{cname}-{kind}", "temporal",
                     f"{rname} 40% resident + {'latency-critical' if cname == 'lc' else 'batch'} candidate ({regime})",

@@ -65,7 +65,8 @@ def _mig_misfit(sc: Scenario) -> tuple[str, str] | None:
     tables as transcribed in :mod:`canary.bench.mig_tables`, not from the catalog or stage 1's code."""
     from canary.bench.mig_tables import creation_blocker, table_for
 
-    name = sc.regime.partition(":")[2]
+    name = sc.placement.mig_profile
+    assert name is not None
     table = table_for(sc.spec.name)
     existing = []
     for inst in sc.snapshot.mig.instances:
@@ -82,7 +83,7 @@ def _coresidency_misfit(sc: Scenario) -> tuple[str, str] | None:
     one candidate block or not: the simulator's residency (occupancy rules), resource by resource."""
     from canary.sim.model import derive_traits
 
-    if sc.regime.split(":")[0] not in ("mps", "streams", "green"):
+    if sc.placement.kind not in ("mps", "streams", "green"):
         return None
     spec = sc.spec
     held: list[KernelResidency] = []
@@ -134,7 +135,7 @@ def physical_misfit(sc: Scenario, seed: int) -> tuple[str, str] | None:
         return "compute_mode", "PROHIBITED: the driver refuses every compute context"
     if mode == "EXCLUSIVE_PROCESS" and sc.snapshot.residents:
         return "compute_mode", "EXCLUSIVE_PROCESS: the resident holds the only context"
-    if sc.regime.startswith("mig:"):
+    if sc.placement.kind == "mig":
         mig = _mig_misfit(sc)
         if mig is not None:
             return mig
@@ -235,10 +236,10 @@ def ground_truth(sc: Scenario, policy: Policy, *, seed: int) -> Truth:
     p99: float | None
     if first.profile is None:
         slow, p99 = _unprofiled_slowdown(sc, seed)
-    elif sc.regime.startswith("mig:"):
+    elif sc.placement.kind == "mig":
         slow, p99 = _mig_slowdown(sc, seed)
     else:
-        if len(residents) > 1 and not sc.regime.startswith("mig:"):
+        if len(residents) > 1:
             raise InputError(f"scenario {sc.id}: simulated truth handles one resident outside MIG", field="residents")
         regime = sc.regime
         truth = true_pair_slowdown(sc.spec, first.profile, sc.candidate, regime=regime, seed=seed,

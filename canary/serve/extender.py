@@ -31,6 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from canary.certificate import Certificate
 from canary.errors import CanaryError
+from canary.regime import parse_regime
 
 MAX_EXTENDER_PRIORITY = 10
 
@@ -133,7 +134,7 @@ def _score(cert: Certificate, spec_memory_bytes: int, bound_pct: float) -> int:
     headroom = 0.0
     if hbm is not None and isinstance(hbm.available, int) and isinstance(hbm.demand, int) and spec_memory_bytes > 0:
         headroom = max(0.0, min(1.0, (hbm.available - hbm.demand) / spec_memory_bytes))
-    if not cert.residents or cert.regime.startswith("mig"):
+    if not cert.residents or parse_regime(cert.regime, field="certificate regime").kind == "mig":
         slowdown_part = 1.0
     elif cert.predicted_slowdown_range is not None and bound_pct > 0:
         slowdown_part = max(0.0, 1.0 - max(0.0, cert.predicted_slowdown_range[1]) / bound_pct)
