@@ -27,6 +27,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.errors import InputError
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ _REGISTER_ALLOCATION_GRANULARITY = 256  # registers per warp, every cc the heade
 _SUB_PARTITIONS_PER_SM = 4  # every cc >= 7 (only GP100 differs)
 
 
-@dataclass(frozen=True, slots=True)
+@value_methods
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class _ArchRules:
     """The per-architecture constants of ``cuda_occupancy.h`` for one compute capability."""
 
@@ -127,7 +129,8 @@ def _none_if_unlimited(value: int) -> int | None:
     return None if value >= _UNLIMITED else value
 
 
-@dataclass(frozen=True, slots=True)
+@value_methods
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class OccupancyResult:
     """Occupancy of one kernel configuration on one SM, field for field as ``cudaOccResult``.
 
@@ -178,7 +181,8 @@ class OccupancyResult:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@value_methods
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class BlockFootprint:
     """What one resident block takes from an SM, as the occupancy rules allocate it.
 
@@ -408,7 +412,8 @@ def kernel_occupancy(spec: DeviceSpec, kernel: KernelSpec, *, carveout_pct: int 
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@value_methods
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class CdnaOccupancyResult:
     """Occupancy of one kernel on one CU of a CDNA device.
 

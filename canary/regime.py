@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from canary._values import value_methods
 from canary.errors import InputError
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ REGIME_KINDS: tuple[RegimeKind, ...] = ("timeslice", "streams", "mps", "mig", "g
 _WHOLE = re.compile(r"[0-9]+")
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class Regime:
     """A parsed regime. Exactly the argument of its kind is set (``mps_pct``, ``mig_profile`` or
     ``green_sms``); ``str()`` gives back the canonical text."""

@@ -85,7 +85,7 @@ def all_edges() -> tuple[Edge, ...]:
 
 # Rooms, by module name prefix. A module belongs to the first room whose prefix matches.
 ROOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("models", ("canary.errors", "canary.units", "canary._model", "canary.profile", "canary.snapshot",
+    ("models", ("canary.errors", "canary.units", "canary._values", "canary._model", "canary.profile", "canary.snapshot",
                 "canary.policy", "canary.certificate", "canary.catalog", "canary.quantiles", "canary.tables",
                 "canary.regime")),
     ("occupancy", ("canary.occupancy",)),

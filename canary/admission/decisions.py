@@ -19,6 +19,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.certificate import (
     Certificate,
     DecidedBy,
@@ -48,7 +49,8 @@ REVALIDATION_TRIGGERS = (
 )
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class PairEvidence:
     """What the store says about one (resident, candidate) pair; ``outcome=None``: nothing usable."""
 
@@ -65,7 +67,8 @@ class PairEvidence:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class ProbeRun:
     """One probe of one pair: the resident it watched, the pair key and the orchestrator's result."""
 
@@ -74,7 +77,8 @@ class ProbeRun:
     result: ProbeResult
 
 
-@dataclass
+@value_methods
+@dataclass(eq=False, repr=False)
 class Decision:
     verdict: Verdict
     reason: str
@@ -191,7 +195,8 @@ def _pct(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.1f}%"
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class ReservationPlan:
     """Where an admitted candidate's memory is booked: ``memory_bytes`` against ``device_id``, whose
     bookings together may hold at most ``capacity_bytes``; under MIG the new instance

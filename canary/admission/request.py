@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.errors import InputError
 from canary.hardfit import choose_regime, parse_regime
 from canary.policy import Policy
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
     from evidence_store.keys import PairKey
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class Request:
     """One admission question, fully loaded and validated."""
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.errors import InputError
 from canary.snapshot import DeviceSnapshot, MigState, MpsState, load_snapshot, validate_snapshot
 
@@ -26,7 +27,8 @@ if TYPE_CHECKING:  # the catalog is imported lazily below to keep start-up light
     from canary.catalog import DeviceSpec, Vendor
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class ResolvedDevice:
     snapshot: DeviceSnapshot
     spec: DeviceSpec

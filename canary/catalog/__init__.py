@@ -90,7 +90,7 @@ def all_devices() -> tuple[DeviceSpec, ...]:
     into the catalog's own frozen classes only (no pickle, no import, no call chosen by the file).
     A cache that is unreadable, malformed, not owned by this user or writable by others is ignored
     and the packaged file validated afresh."""
-    text = resources.files("canary.catalog").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
+    text = _catalog_text()
     cache = _cache_file(text)
     if cache is not None:
         cached = _read_cache(cache)
@@ -100,6 +100,10 @@ def all_devices() -> tuple[DeviceSpec, ...]:
     if cache is not None:
         _write_cache(cache, specs)
     return specs
+
+
+def _catalog_text() -> str:
+    return resources.files("canary.catalog").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
 
 
 _CACHE_CLASSES: dict[str, type[Any]] = {
@@ -161,7 +165,9 @@ def _decode(value: Any) -> Any:
     raise ValueError(f"unexpected {type(value).__name__} in the catalog cache")
 
 
-def _read_cache(path: Path) -> tuple[DeviceSpec, ...] | None:
+def _read_cache_data(path: Path) -> Any:
+    """The cache file's JSON data; ``None`` when there is none, or it is not a regular file of this
+    user's that others cannot write, or not JSON."""
     try:
         with path.open("rb") as fh:
             info = os.fstat(fh.fileno())
@@ -169,10 +175,19 @@ def _read_cache(path: Path) -> tuple[DeviceSpec, ...] | None:
                 return None
             if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o022):
                 return None  # planted or writable by someone else: do not trust its numbers
-            data = json.loads(fh.read())
-        specs = _decode(data)
+            return json.loads(fh.read())
     except (OSError, ValueError, TypeError, RecursionError):
         return None  # no cache yet, or a damaged one: validate afresh
+
+
+def _read_cache(path: Path) -> tuple[DeviceSpec, ...] | None:
+    data = _read_cache_data(path)
+    if data is None:
+        return None
+    try:
+        specs = _decode(data)
+    except (ValueError, TypeError, RecursionError):
+        return None  # a damaged cache: validate afresh
     if isinstance(specs, tuple) and specs and all(isinstance(d, DeviceSpec) for d in specs):
         return specs
     return None
@@ -191,35 +206,132 @@ def _write_cache(path: Path, specs: tuple[DeviceSpec, ...]) -> None:
         return
 
 
-def _build_index(specs: tuple[DeviceSpec, ...], file: str) -> dict[str, DeviceSpec]:
-    index: dict[str, DeviceSpec] = {}
+def _lookup_keys(
+    name: str, aliases: tuple[str, ...], nvml_names: tuple[str, ...], pci_vendor_id: int, pci_device_ids: tuple[int, ...]
+) -> list[tuple[str, str]]:
+    """Every lookup key of one device, with what it is (for the message when two devices claim one)."""
+    keys = [(_normalize(name), "name")]
+    keys.extend((_normalize(alias), "alias") for alias in aliases)
+    for nvml_name in nvml_names:
+        key = _normalize(nvml_name)
+        keys.extend(((key, "NVML name"), (_strip_vendor(key), "NVML name")))
+    keys.extend((f"pci:{pci_vendor_id:04x}:{device_id:04x}", "PCI id") for device_id in pci_device_ids)
+    return keys
 
-    def claim(key: str, spec: DeviceSpec, what: str) -> None:
-        owner = index.get(key)
-        if owner is not None and owner.name != spec.name:
-            raise InputError(
-                f"{what} {key!r} of {spec.name} is already claimed by {owner.name}",
-                file=file,
-                field=f"devices[{spec.name}]",
-            )
-        index[key] = spec
 
-    for spec in specs:
-        claim(_normalize(spec.name), spec, "name")
-        for alias in spec.aliases:
-            claim(_normalize(alias), spec, "alias")
-        for nvml_name in spec.nvml_names:
-            key = _normalize(nvml_name)
-            claim(key, spec, "NVML name")
-            claim(_strip_vendor(key), spec, "NVML name")
-        for device_id in spec.pci_device_ids:
-            claim(f"pci:{spec.pci_vendor_id:04x}:{device_id:04x}", spec, "PCI id")
+def _claim_keys(devices: list[tuple[str, list[tuple[str, str]]]], file: str) -> dict[str, int]:
+    """Lookup key -> position of the device (name, keys) that owns it; ``InputError`` for a key two
+    devices claim."""
+    index: dict[str, int] = {}
+    for position, (name, keys) in enumerate(devices):
+        for key, what in keys:
+            owner = index.get(key)
+            if owner is not None and devices[owner][0] != name:
+                raise InputError(
+                    f"{what} {key!r} of {name} is already claimed by {devices[owner][0]}",
+                    file=file,
+                    field=f"devices[{name}]",
+                )
+            index[key] = position
     return index
 
 
+def _spec_keys(spec: DeviceSpec) -> list[tuple[str, str]]:
+    return _lookup_keys(spec.name, spec.aliases, spec.nvml_names, spec.pci_vendor_id, spec.pci_device_ids)
+
+
+def _build_index(specs: tuple[DeviceSpec, ...], file: str) -> dict[str, DeviceSpec]:
+    positions = _claim_keys([(spec.name, _spec_keys(spec)) for spec in specs], file)
+    return {key: specs[position] for key, position in positions.items()}
+
+
+class _DamagedCache(Exception):
+    """A catalog cache entry that does not decode into the device the cache lists."""
+
+
+class _Table:
+    """What ``lookup`` searches: every lookup key with the position of its device, the devices' names,
+    and the device at a position. Read from the catalog cache, only the device a lookup returns is
+    decoded (``gpu-fit`` asks for one of the 16; decoding them all was about 1.5% of its run), the
+    others' keys being read from the cache's JSON as it stands. A cache that is not a list of devices
+    with well-typed keys is not used, and a device that does not decode, or decodes to other keys than
+    the cache listed, makes ``lookup`` fall back to the table of ``all_devices()``, which decodes the
+    whole cache and, where that fails, validates the packaged file afresh."""
+
+    def __init__(self, index: dict[str, int], names: tuple[str, ...], device: Any) -> None:
+        self.index = index
+        self.names = names
+        self.device: Any = device  # position -> DeviceSpec; raises _DamagedCache for a damaged cache entry
+
+    @classmethod
+    def from_specs(cls, specs: tuple[DeviceSpec, ...]) -> _Table:
+        index = _claim_keys([(spec.name, _spec_keys(spec)) for spec in specs], CATALOG_FILE)
+        return cls(index, tuple(spec.name for spec in specs), specs.__getitem__)
+
+    @classmethod
+    def from_cache(cls, data: Any) -> _Table | None:
+        """The table of cached catalog data; ``None`` where the data is not a list of devices whose
+        key fields have the types the spec gives them."""
+        if not isinstance(data, list) or not data:
+            return None
+        devices: list[tuple[str, list[tuple[str, str]]]] = []
+        for item in data:
+            if not isinstance(item, dict) or item.get("$") != "DeviceSpec" or set(item) != {"$", "f"}:
+                return None
+            fields = item["f"]
+            if not isinstance(fields, dict):
+                return None
+            name, vendor_id = fields.get("name"), fields.get("pci_vendor_id")
+            aliases, nvml_names, device_ids = (fields.get(f) for f in ("aliases", "nvml_names", "pci_device_ids"))
+            if not (isinstance(name, str) and _is_int(vendor_id) and _all(aliases, str) and _all(nvml_names, str)
+                    and _all(device_ids, int)):
+                return None
+            assert isinstance(vendor_id, int) and isinstance(aliases, list)  # checked above
+            assert isinstance(nvml_names, list) and isinstance(device_ids, list)
+            devices.append((name, _lookup_keys(name, tuple(aliases), tuple(nvml_names), vendor_id, tuple(device_ids))))
+        try:
+            index = _claim_keys(devices, CATALOG_FILE)
+        except InputError:
+            return None
+        keys = [keys for _, keys in devices]
+
+        @functools.cache
+        def device(position: int) -> DeviceSpec:
+            try:
+                spec = _decode(data[position])
+            except (ValueError, TypeError, RecursionError) as exc:
+                raise _DamagedCache from exc
+            if not isinstance(spec, DeviceSpec) or _spec_keys(spec) != keys[position]:
+                raise _DamagedCache
+            return spec
+
+        return cls(index, tuple(name for name, _ in devices), device)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _all(values: object, kind: type) -> bool:
+    """A JSON list of ``kind`` (an int is never a bool)."""
+    return isinstance(values, list) and all(
+        isinstance(v, kind) and not isinstance(v, bool) for v in values
+    )
+
+
 @functools.cache
-def _index() -> dict[str, DeviceSpec]:
-    return _build_index(all_devices(), CATALOG_FILE)
+def _cached_table() -> _Table | None:
+    """The lookup table read from the catalog cache, ``None`` when there is no usable cache."""
+    cache = _cache_file(_catalog_text())
+    if cache is None:
+        return None
+    data = _read_cache_data(cache)
+    return None if data is None else _Table.from_cache(data)
+
+
+@functools.cache
+def _validated_table() -> _Table:
+    return _Table.from_specs(all_devices())
 
 
 def _pci_key(query: str | int) -> str | None:
@@ -249,13 +361,23 @@ def lookup(query: str | int) -> DeviceSpec:
     """
     if isinstance(query, bool) or not isinstance(query, str | int):
         raise UnknownDevice(f"device must be a name or a PCI id, not {type(query).__name__}", field="device")
-    index = _index()
+    table = _cached_table()
+    if table is not None:
+        try:
+            return _find(table, query)
+        except _DamagedCache:
+            pass  # a damaged cache entry: the packaged file, validated afresh, answers
+    return _find(_validated_table(), query)
+
+
+def _find(table: _Table, query: str | int) -> DeviceSpec:
+    index = table.index
     pci = _pci_key(query)
     if pci is not None:
         vendor, device = pci.split(":")[1:]
-        for key, spec in index.items():
+        for key, position in index.items():
             if key.startswith("pci:") and key.endswith(f":{device}") and vendor in ("*", key.split(":")[1]):
-                return spec
+                return table.device(position)  # type: ignore[no-any-return]
         raise UnknownDevice(
             f"no catalog device has PCI id {query if isinstance(query, str) else hex(query)}", field="device"
         )
@@ -265,15 +387,15 @@ def lookup(query: str | int) -> DeviceSpec:
     for candidate in (key, _strip_vendor(key)):
         found = index.get(candidate)
         if found is not None:
-            return found
-    names = sorted({spec.name for spec in index.values()})
+            return table.device(found)  # type: ignore[no-any-return]
+    names = sorted(set(table.names))
     candidates = [k for k in index if not k.startswith("pci:")]
     import difflib  # only for the suggestion in this error; not loaded by a lookup that succeeds
 
     close = difflib.get_close_matches(_strip_vendor(key), candidates, n=5, cutoff=0.5)
     suggestions: list[str] = []
     for match in close:
-        name = index[match].name
+        name = table.names[index[match]]
         if name not in suggestions:
             suggestions.append(name)
     hint = f"; closest: {', '.join(suggestions[:3])}" if suggestions else ""

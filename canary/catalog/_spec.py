@@ -7,42 +7,11 @@ citation, read with ``spec.source(field_name)``.
 
 from __future__ import annotations
 
-import operator
-import reprlib
-from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
+from canary._values import value_methods
 from canary.errors import InputError
-
-_T = TypeVar("_T")
-
-
-def _value_methods(cls: type[_T]) -> type[_T]:
-    """``__eq__``, ``__hash__`` and ``__repr__`` exactly as ``@dataclass(frozen=True)`` writes them
-    (compare and hash the tuple of all fields, same class only; ``Name(field=value!r, …)``), but
-    shared rather than generated: a dataclass compiles each of these from source text when the
-    module is imported, and the catalog's classes are imported by every ``gpu-fit`` run.
-    ``tests/catalog/test_catalog_lookup.py`` checks them against the generated ones."""
-    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-    values: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(*names)  # a tuple: every class has 2+ fields
-
-    def __eq__(self: Any, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return bool(values(self) == values(other))
-        return NotImplemented
-
-    def __hash__(self: Any) -> int:
-        return hash(values(self))
-
-    @reprlib.recursive_repr()
-    def __repr__(self: Any) -> str:
-        return f"{self.__class__.__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
-
-    for method in (__eq__, __hash__, __repr__):
-        method.__qualname__ = f"{cls.__qualname__}.{method.__name__}"
-        setattr(cls, method.__name__, method)
-    return cls
 
 Vendor = Literal["nvidia", "amd"]
 
@@ -59,7 +28,7 @@ class UnknownCatalogField(InputError):
     """``source()`` was asked about a field the spec does not have."""
 
 
-@_value_methods
+@value_methods
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class MigPlacement:
     """Where a GPU instance may sit: ``start`` and ``size`` in memory-slice units (``-lgipp``)."""
@@ -76,7 +45,7 @@ class MigPlacement:
         return self.start < other.end and other.start < self.end
 
 
-@_value_methods
+@value_methods
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class MigProfile:
     """One GPU-instance profile as ``nvidia-smi mig -lgip`` / ``-lgipp`` lists it.
@@ -123,7 +92,7 @@ class MigProfile:
         return self.citation
 
 
-@_value_methods
+@value_methods
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class CdnaSpec:
     """AMD CDNA occupancy parameters (per CU / per SIMD), as LLVM's AMDGPU backend models them."""
@@ -144,7 +113,7 @@ class CdnaSpec:
     max_workgroup_barrier_slots: int
 
 
-@_value_methods
+@value_methods
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class DeviceSpec:
     """One GPU model. Numbers that are unknown are ``None`` (never zero); each has a citation.

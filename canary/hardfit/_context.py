@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.certificate import Finding, FitVerdict, GpuInstancePlacement, Quantity, Shortfall
 from canary.hardfit.balance import HbmBalance, hbm_balance
 from canary.regime import Regime
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from canary.snapshot import DeviceSnapshot
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class Demand:
     """What the candidate asks of the device's memory: its declared peak plus the memory one more
     CUDA context costs (policy ``per_context_overhead_bytes``)."""
@@ -32,7 +34,8 @@ class Demand:
         return self.peak_bytes + self.context_bytes
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class FitContext:
     snapshot: DeviceSnapshot
     spec: DeviceSpec

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.certificate import EquationTerm
 from canary.snapshot import Resident
 
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 UNLISTED_CONTEXT_MIN_BYTES = 16 << 20
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class HbmBalance:
     """The HBM equation's terms for one snapshot, computed once per check (see module doc)."""
 

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.certificate import Finding, FitVerdict
 from canary.hardfit._context import FitContext, finding
 from canary.occupancy import OccupancyResult, barrier_slots_per_sm, kernel_occupancy
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 SUBPARTITIONS = 4
 
 
-@dataclass(frozen=True)
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class _Kernel:
     """A kernel's per-block footprint and its standalone occupancy on one device."""
 
@@ -71,7 +73,8 @@ def _kernel(spec: DeviceSpec, k: KernelSpec) -> _Kernel:
     return result
 
 
-@dataclass
+@value_methods
+@dataclass(eq=False, repr=False)
 class _SmLoad:
     """What resident blocks hold on the fullest SM.
 

@@ -171,3 +171,83 @@ def test_catalog_cache_round_trips_and_survives_corruption(tmp_path, monkeypatch
     assert catalog.all_devices() == first
     assert cached[0].read_bytes() != b"not json {"
     catalog.all_devices.cache_clear()
+
+
+@pytest.fixture
+def fresh_catalog_cache(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """The catalog cache in ``tmp_path``, written by a first ``all_devices()``; lookups read it afresh."""
+    import canary.catalog as catalog
+
+    def clear() -> None:
+        for cached in (catalog.all_devices, catalog._cached_table, catalog._validated_table):
+            cached.cache_clear()
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CANARY_NO_CATALOG_CACHE", raising=False)
+    clear()
+    devices = catalog.all_devices()
+    (cache,) = (tmp_path / "canary").glob("catalog-*.json")
+    clear()
+    yield devices, cache
+    clear()
+
+
+def _queries(spec: DeviceSpec) -> list[str | int]:
+    queries: list[str | int] = [spec.name, spec.name.upper(), *spec.aliases, *spec.nvml_names]
+    for device_id in spec.pci_device_ids:
+        queries += [device_id, f"0x{device_id:04x}", f"{spec.pci_vendor_id:04x}:{device_id:04x}",
+                    device_id << 16 | spec.pci_vendor_id]
+    return queries
+
+
+def test_lookup_from_the_cache_decodes_only_the_device_it_returns(fresh_catalog_cache, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``lookup`` reads the cached catalog's keys and decodes one device; every query answers as the
+    index built from the validated catalog does."""
+    import canary.catalog as catalog
+
+    devices, _ = fresh_catalog_cache
+    validated = catalog._build_index(devices, catalog.CATALOG_FILE)
+    reference = catalog._validated_table()  # decodes the whole cache: before the count starts
+    decoded: list[object] = []
+    real_decode = catalog._decode
+
+    def counting(value: object) -> object:
+        if isinstance(value, dict) and value.get("$") == "DeviceSpec":
+            decoded.append(value["f"]["name"])  # type: ignore[index]
+        return real_decode(value)
+
+    monkeypatch.setattr(catalog, "_decode", counting)
+    assert lookup("h100") == devices[[d.name for d in devices].index("h100-sxm")]
+    assert decoded == ["h100-sxm"]
+    for spec in devices:
+        for query in _queries(spec):
+            found = lookup(query)
+            assert found == validated.get(catalog._normalize(query) if isinstance(query, str) else "", found)
+            assert found.name == catalog._find(reference, query).name
+    assert sorted(decoded) == sorted(d.name for d in devices)  # each decoded once
+    for bad in ("h1000", "nvidia-h", 0x9999, "0x10de:0x9999"):
+        with pytest.raises(UnknownDevice) as from_cache:
+            lookup(bad)
+        with pytest.raises(UnknownDevice) as from_validated:
+            catalog._find(reference, bad)
+        assert str(from_cache.value) == str(from_validated.value)
+
+
+@pytest.mark.parametrize("damage", ["field renamed", "nested class unknown", "class changed"])
+def test_a_damaged_cache_entry_falls_back_to_the_packaged_catalog(fresh_catalog_cache, damage: str) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    devices, cache = fresh_catalog_cache
+    data = json.loads(cache.read_text())
+    entry = next(d for d in data if d["f"]["name"] == "h100-sxm")
+    if damage == "field renamed":
+        entry["f"]["sm_counts"] = entry["f"].pop("sm_count")
+    elif damage == "nested class unknown":
+        entry["f"]["mig_profiles"][0]["$"] = "NotACatalogClass"
+    else:
+        entry["$"] = "MigProfile"
+    cache.write_text(json.dumps(data))
+    cache.chmod(0o600)
+    expected = next(d for d in devices if d.name == "h100-sxm")
+    assert lookup("h100") == expected
+    assert lookup("a100-80gb") == next(d for d in devices if d.name == "a100-80gb")

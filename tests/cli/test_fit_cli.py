@@ -109,7 +109,7 @@ def test_gpu_fit_imports_no_sqlalchemy_or_cuda(tmp_path: Path) -> None:
 GPU_FIT_THIRD_PARTY = frozenset({"pydantic", "pydantic_core", "annotated_types", "typing_extensions",
                                  "typing_inspection", "yaml", "_yaml", "cython_runtime", "platformdirs"})
 # canary's own packages on that path (``canary.<name>`` and below).
-GPU_FIT_CANARY = frozenset({"cli", "commands", "errors", "_model", "admission", "backends", "catalog", "certificate",
+GPU_FIT_CANARY = frozenset({"cli", "commands", "errors", "_model", "_values", "admission", "backends", "catalog", "certificate",
                             "hardfit", "occupancy", "policy", "probe", "profile", "regime", "render", "snapshot",
                             "tables", "units"})
 # Of canary.probe only the request check of the factory may be loaded, never a runner.
