@@ -4,7 +4,6 @@ every kind of bad file, an old schema, an unreachable database."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +16,7 @@ from evidence_store.engine import RetryPolicy, make_engine, session_scope, upgra
 from evidence_store.evidence import record_evidence
 from evidence_store.reservations import reserve
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence
+from tests.support.helpers import free_port
 from tests.support.stores import migrated_sqlite
 
 Run = Callable[..., tuple[int, str, str]]
@@ -94,9 +94,7 @@ def test_db_cycle_on_both_backends(cli: Run, empty_url: str) -> None:
 
 
 def test_unreachable_database_is_exit_4_without_password(cli: Run) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens there, and no other test is given it
     code, _, err = cli("--db", f"postgresql://canary:topsecret@127.0.0.1:{port}/evidence", "evidence", "list")
     assert code == 4
     assert f"127.0.0.1:{port}/evidence" in err and "topsecret" not in err

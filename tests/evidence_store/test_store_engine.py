@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import threading
 import time
@@ -28,12 +27,7 @@ from evidence_store.engine import (
 )
 from evidence_store.errors import TransientStoreError
 from tests.evidence_store.evidence_store_testkit import FAST_RETRY
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.helpers import free_port
 
 
 def test_default_url_prefers_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -82,7 +76,7 @@ def test_redact_removes_the_password() -> None:
 
 
 def test_unreachable_store_names_the_url_without_password_after_retries() -> None:
-    port = _free_port()
+    port = free_port()
     url = f"postgresql://postgres:s3cret@127.0.0.1:{port}/evidence"
     started = time.monotonic()
     with pytest.raises(StoreUnavailable) as info:

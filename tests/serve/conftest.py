@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,18 +19,13 @@ import pytest
 from evidence_store.engine import make_engine, session_scope, upgrade
 from tests.conftest import canary_cmd, cli_env
 from tests.evidence_store.conftest import BACKENDS, PgServer, _need_pg, pg_server
+from tests.support.helpers import free_port
 
-__all__ = ["pg_server"]
+__all__ = ["free_port", "pg_server"]
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
 HTTP_TIMEOUT = httpx.Timeout(30.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_token(url: str, *scopes: str) -> str:

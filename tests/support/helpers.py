@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -16,11 +17,37 @@ from tests.support.timing import HANG_S
 SERVERS = Path(__file__).resolve().parent / "servers.py"
 
 
+#: Ports tests hand to servers: below the kernel's ephemeral range (32768–60999 here), so no client
+#: socket's source port ever holds one, in a block of its own per pytest-xdist worker.
+PORT_BLOCK = 1000
+PORT_BASE = 12000
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A loopback port for a server a test starts, that no other test of this run can be given.
+
+    Asking the kernel for port 0 and passing the number on races: another test process may be given
+    the same number before the server binds it (its plain-HTTP server then answers this test's TLS
+    handshake: "wrong version number"), and outgoing connections take their source ports from the same
+    range. Here each xdist worker (``PYTEST_XDIST_WORKER``, gw0…) draws from its own block below the
+    ephemeral range, never hands a port out twice, and skips ports something is bound to."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
+    start = PORT_BASE + (index % 20) * PORT_BLOCK
+    offset = os.getpid() % PORT_BLOCK  # two runs at once (rare) start at different places
+    for i in range(PORT_BLOCK):
+        port = start + (offset + i) % PORT_BLOCK
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError(f"no free port in {start}..{start + PORT_BLOCK - 1}")
 
 
 def server_command(port: int, *extra: str) -> tuple[str, ...]:
