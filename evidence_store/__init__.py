@@ -3,16 +3,14 @@
 SQLAlchemy 2.x on SQLite (default, zero setup) or PostgreSQL (a fleet sharing one store); the schema
 changes only through the Alembic migrations in ``migrations/``.
 
-Importing this package is cheap: ``PairKey`` (``evidence_store.keys``) needs no SQLAlchemy, and the
-names below that do are imported on first use, so ``gpu-fit`` starts fast.
+Importing this package is cheap: the names below are imported on first use, so ``gpu-fit``, which
+imports ``evidence_store.location`` to check a store URL, starts fast.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
-
-from evidence_store.keys import PairKey
 
 if TYPE_CHECKING:
     from evidence_store.certificates import get_certificate, record_certificate
@@ -37,6 +35,7 @@ if TYPE_CHECKING:
         journal_start,
         journal_update,
     )
+    from evidence_store.keys import PairKey
     from evidence_store.location import default_db_url
     from evidence_store.lookup import lookup
     from evidence_store.reservations import active_reservations, release, reserve, reserved_bytes
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
+    "PairKey": "evidence_store.keys",
     "CertificateOut": "evidence_store.schemas",
     "EvidenceIn": "evidence_store.schemas",
     "EvidenceOut": "evidence_store.schemas",

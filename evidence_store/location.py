@@ -88,14 +88,16 @@ def check_db_url(url: str) -> None:
         if database in ("", ":memory:"):
             return
         path = Path(database)
-        if path == default_sqlite_path():
-            return
+        # The default store is exempt from both checks. Asked only when one fails: finding the default
+        # imports platformdirs, which gpu-fit --db would otherwise pay on every run.
         if not path.parent.is_dir():
+            if path == default_sqlite_path():
+                return
             raise bad(
                 f"directory {path.parent} of the SQLite store {path} does not exist "
                 "(only the default store's directory is created; check the path)"
             )
-        if path.exists() and not path.is_file():
+        if path.exists() and not path.is_file() and path != default_sqlite_path():
             raise bad(f"{path} is not a regular file")
         return
     try:

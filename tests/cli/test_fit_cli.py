@@ -151,6 +151,24 @@ def test_gpu_fit_imports_only_the_allowed_modules(tmp_path: Path, extra: list[st
     assert store <= GPU_FIT_STORE, f"store code a fit without a store does not need: {sorted(store - GPU_FIT_STORE)}"
 
 
+def test_gpu_fit_checks_a_store_url_without_loading_store_code(tmp_path: Path) -> None:
+    """``--db`` (or ``$CANARY_DB_URL``) is checked even with ``--no-store``: that check is the store's
+    URL rules alone — no pair key, and no platformdirs unless the URL's file is in doubt."""
+    env = cli_env(tmp_path) | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("CANARY_SERVER", None)
+    db = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    proc = subprocess.run([sys.executable, "-c", _MODULES_AFTER_GPU_FIT, "h100", PROFILE, "--json", "--no-store",
+                           "--db", db], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    modules = json.loads(proc.stderr)
+    assert "platformdirs" not in modules
+    assert {m for m in modules if m.startswith("evidence_store")} == {"evidence_store", "evidence_store.location"}
+    missing = subprocess.run([sys.executable, "-c", _MODULES_AFTER_GPU_FIT, "h100", PROFILE, "--no-store",
+                              "--db", f"sqlite:///{tmp_path / 'nowhere' / 'store.sqlite3'}"],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr  # the check still runs
+
+
 def test_schema_head_constant_is_alembics_head() -> None:
     """``check_schema`` recognises a current store by ``SCHEMA_HEAD`` without importing Alembic."""
     from evidence_store.engine import SCHEMA_HEAD, head_revisions
