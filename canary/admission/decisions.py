@@ -16,7 +16,7 @@ checks them from tables of cases.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from canary._values import value_methods
@@ -78,13 +78,16 @@ class ProbeRun:
 
 
 @value_methods
-@dataclass(eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Decision:
+    """What one stage decided, and on what; immutable (the flow derives a new one with
+    ``dataclasses.replace`` when a probe's evidence or a booking is added)."""
+
     verdict: Verdict
     reason: str
     decided_by: DecidedBy
     confidence: float | None = None
-    evidence: list[PairEvidence] = field(default_factory=list)
+    evidence: tuple[PairEvidence, ...] = ()
     probe: ProbeSummary | None = None
     reservations: tuple[ReservationRef, ...] = ()
     predicted_slowdown_pct: tuple[float, float] | None = None
@@ -129,21 +132,21 @@ def cache_decision(req: Request, evidence: list[PairEvidence]) -> Decision:
     if unsafe:
         e = unsafe[0]
         return Decision("reject", f"evidence says the pair with {e.resident} is unsafe: {e.reason}", "cache",
-                        confidence=e.confidence, evidence=evidence,
+                        confidence=e.confidence, evidence=tuple(evidence),
                         predicted_slowdown_pct=e.interval_pct)
     if missing or low:
         parts = [f"{e.resident}: {e.reason}" for e in missing]
         parts += [f"{e.resident}: evidence confidence {e.confidence} is below the policy's "
                   f"{req.policy.min_evidence_confidence}" for e in low]
         return Decision("unknown", "fits, but interference is not yet known — " + "; ".join(parts)
-                        + " (run `canary admit` to probe)", "hard-fit", evidence=evidence)
+                        + " (run `canary admit` to probe)", "hard-fit", evidence=tuple(evidence))
     confidences = [e.confidence for e in evidence if e.confidence is not None]
     lows = [e.interval_pct[0] for e in evidence if e.interval_pct]
     highs = [e.interval_pct[1] for e in evidence if e.interval_pct]
     stamps = [e.timestamp for e in evidence if e.timestamp is not None]
     expires = min(stamps) + dt.timedelta(seconds=req.policy.evidence_ttl_s) if stamps else None
     return Decision("admit", "fits, and fresh evidence says every pair keeps its slowdown bound", "cache",
-                    confidence=min(confidences) if confidences else None, evidence=evidence,
+                    confidence=min(confidences) if confidences else None, evidence=tuple(evidence),
                     predicted_slowdown_pct=(min(lows), max(highs)) if lows and highs else None, expires_at=expires)
 
 
@@ -163,7 +166,7 @@ def probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence
         r = runs[-1].result
         probe_summary = ProbeSummary(**r.to_summary_dict())
     outcomes = [run.result.outcome for run in runs]
-    evidence = list(cached)
+    evidence = tuple(cached)
     worst = None
     for run in runs:
         if run.result.outcome == "unsafe":

@@ -8,6 +8,7 @@ flow gathers inputs and writes results; what they mean is decided by the pure fu
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -199,10 +200,10 @@ async def admit_async(
             out = record_evidence(session, probe_evidence(req, run, finished))
             recorded_ids.append(out.id)
         if recorded_ids:
-            decision.evidence.append(PairEvidence(
+            decision = dataclasses.replace(decision, evidence=(*decision.evidence, PairEvidence(
                 resident=",".join(run.resident for run in runs), key=None, outcome=decision.verdict,
                 ids=tuple(recorded_ids), timestamp=finished, confidence=decision.confidence,
-                sources=("canary",), reason="recorded by this admission's probe(s)"))
+                sources=("canary",), reason="recorded by this admission's probe(s)")))
         if decision.verdict == "admit" and reserve:
             plan = reservation_plan(req, hard)
             try:
@@ -210,9 +211,9 @@ async def admit_async(
                     session, device_id=plan.device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
                     memory_bytes=plan.memory_bytes, mig_instance=plan.mig_instance,
                     capacity_memory_bytes=plan.capacity_bytes, lease_s=req.policy.reservation_lease_s, now=finished)
-                decision.reservations = (ReservationRef(id=booking.id, memory_bytes=booking.memory_bytes,
-                                                        mig_instance=plan.mig_instance,
-                                                        lease_expires_at=booking.expires_at),)
+                decision = dataclasses.replace(decision, reservations=(ReservationRef(
+                    id=booking.id, memory_bytes=booking.memory_bytes, mig_instance=plan.mig_instance,
+                    lease_expires_at=booking.expires_at),))
             except ReservationConflict as exc:
                 decision = Decision("reject", f"another admission booked the memory first: {exc}", "hard-fit",
                                     confidence=1.0, evidence=decision.evidence, probe=decision.probe)

@@ -142,7 +142,7 @@ def test_hard_fit_decision(
     verdict, decided_by, confidence, reason = expected
     assert (decision.verdict, decision.decided_by, decision.confidence) == (verdict, decided_by, confidence)
     assert reason in decision.reason
-    assert decision.evidence == [] and decision.probe is None and decision.reservations == ()
+    assert decision.evidence == () and decision.probe is None and decision.reservations == ()
 
 
 # --------------------------------------------------------------------------- the evidence
@@ -210,7 +210,7 @@ def test_cache_decision(
     assert decision.predicted_slowdown_pct == predicted
     assert decision.expires_at == expires
     assert reason in decision.reason
-    assert decision.evidence == evidence
+    assert decision.evidence == tuple(evidence)
 
 
 @pytest.mark.parametrize(("evidence", "expected"), [
@@ -285,7 +285,7 @@ def test_probe_decision(
     verdict, confidence, predicted, reason, summarised = expected
     assert (decision.verdict, decision.decided_by, decision.confidence) == (verdict, "canary", confidence)
     assert reason in decision.reason
-    assert decision.evidence == cached
+    assert decision.evidence == tuple(cached)
     assert decision.probe is not None and decision.probe.probe_id == summarised  # the last probe is summarised
     if verdict != "reject" or predicted is not None:
         assert decision.predicted_slowdown_pct == predicted
@@ -327,10 +327,10 @@ def test_nothing_is_booked_on_unknown_numbers(regime: Regime | None, numbers: di
 @pytest.mark.parametrize(("decision", "expires", "ttl", "evidence_outcome"), [
     pytest.param(Decision("admit", "fits", "hard-fit", confidence=1.0), NOW + dt.timedelta(seconds=3600), 3600,
                  None, id="a-decided-verdict-expires-after-the-evidence-ttl"),
-    pytest.param(Decision("admit", "cached", "cache", evidence=[_safe("comms", 0.99, (1.0, 2.0), T1)],
+    pytest.param(Decision("admit", "cached", "cache", evidence=(_safe("comms", 0.99, (1.0, 2.0), T1),),
                           expires_at=T1 + dt.timedelta(seconds=3600)),
                  T1 + dt.timedelta(seconds=3600), 3600, "admit", id="a-cache-decision-expires-with-its-evidence"),
-    pytest.param(Decision("unknown", "not known", "hard-fit", evidence=[MISSING]), None, None, None,
+    pytest.param(Decision("unknown", "not known", "hard-fit", evidence=(MISSING,)), None, None, None,
                  id="unknown-never-expires-it-is-revalidated"),
 ])
 def test_make_certificate(decision: Decision, expires: dt.datetime | None, ttl: int | None,
