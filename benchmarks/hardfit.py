@@ -22,9 +22,10 @@ Figures (``.venv/bin/python benchmarks/hardfit.py --processes 10 --instructions`
 average ~3): on 2026-12-01 gpu-fit executed 978.6 M instructions = 1.68x the floor's 582.6 M (1.65x
 without ``$CANARY_DB_URL``); on 2026-12-02, with the fit path's dataclasses sharing their eq/hash/repr
 (-23 M) and the catalog lookup decoding only the device it returns (-13 M), 942.7 M = 1.62x (924.2 M =
-1.58x without ``$CANARY_DB_URL``, whose URL check imports platformdirs: +19 M). The target (1.6x the
-floor) is still missed by instructions, by ~10 M, as the benchmark runs it; wall 1.45x / 1.69x and CPU
-1.23x / 1.48x the floor in two runs, too noisy here to decide it. docs/hardfit.md has the breakdown.
+1.58x without ``$CANARY_DB_URL``, whose URL check then imported platformdirs: +19 M); with that check
+importing neither platformdirs nor the pair key unless it fails, 929.7 M = 1.59x: the target (1.6x the
+floor) met by instructions, without margin. Wall 1.45x / 1.69x / 1.92x and CPU 1.23x / 1.48x / 1.84x the
+floor in three runs, too noisy here to decide it. docs/hardfit.md has the breakdown.
 
 Every process runs as an installed canary does: from cached bytecode (the environment's
 ``PYTHONDONTWRITEBYTECODE`` is dropped, and one warm-up round writes the caches into a temporary
