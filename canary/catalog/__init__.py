@@ -165,9 +165,17 @@ def _decode(value: Any) -> Any:
     raise ValueError(f"unexpected {type(value).__name__} in the catalog cache")
 
 
+#: A cache file is this line, the SHA-256 of the JSON text after it, then that text.
+_CACHE_MAGIC = b"canary-catalog-cache sha256="
+
+
 def _read_cache_data(path: Path) -> Any:
     """The cache file's JSON data; ``None`` when there is none, or it is not a regular file of this
-    user's that others cannot write, or not JSON."""
+    user's that others cannot write, or its text is not the text its first line's SHA-256 names (a
+    damaged or hand-edited file: the classes it decodes into do not check types, so a changed value
+    could otherwise reach stage 1 as, say, a number where a name belongs), or not JSON."""
+    import hashlib
+
     try:
         with path.open("rb") as fh:
             info = os.fstat(fh.fileno())
@@ -175,7 +183,10 @@ def _read_cache_data(path: Path) -> Any:
                 return None
             if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o022):
                 return None  # planted or writable by someone else: do not trust its numbers
-            return json.loads(fh.read())
+            head, _, body = fh.read().partition(b"\n")
+            if not head.startswith(_CACHE_MAGIC) or head[len(_CACHE_MAGIC):] != hashlib.sha256(body).hexdigest().encode():
+                return None
+            return json.loads(body)
     except (OSError, ValueError, TypeError, RecursionError):
         return None  # no cache yet, or a damaged one: validate afresh
 
@@ -198,9 +209,12 @@ def _write_cache(path: Path, specs: tuple[DeviceSpec, ...]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        import hashlib
+
+        body = json.dumps(_encode(specs), separators=(",", ":")).encode("utf-8")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_encode(specs), fh, separators=(",", ":"))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_CACHE_MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         tmp.replace(path)
     except OSError:
         return

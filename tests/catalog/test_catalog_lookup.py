@@ -6,6 +6,7 @@ import pytest
 
 from canary.catalog import DeviceSpec, UnknownDevice, UnknownMigProfile, all_devices, lookup
 from canary.errors import InputError
+from tests.support import catalog_cache
 
 REQUIRED = {
     "v100-sxm2-16gb",
@@ -235,10 +236,9 @@ def test_lookup_from_the_cache_decodes_only_the_device_it_returns(fresh_catalog_
 
 @pytest.mark.parametrize("damage", ["field renamed", "nested class unknown", "class changed"])
 def test_a_damaged_cache_entry_falls_back_to_the_packaged_catalog(fresh_catalog_cache, damage: str) -> None:  # type: ignore[no-untyped-def]
-    import json
 
     devices, cache = fresh_catalog_cache
-    data = json.loads(cache.read_text())
+    data = catalog_cache.read(cache)
     entry = next(d for d in data if d["f"]["name"] == "h100-sxm")
     if damage == "field renamed":
         entry["f"]["sm_counts"] = entry["f"].pop("sm_count")
@@ -246,8 +246,23 @@ def test_a_damaged_cache_entry_falls_back_to_the_packaged_catalog(fresh_catalog_
         entry["f"]["mig_profiles"][0]["$"] = "NotACatalogClass"
     else:
         entry["$"] = "MigProfile"
-    cache.write_text(json.dumps(data))
+    catalog_cache.write_signed(cache, data)  # past the checksum: the entry's own checks must catch it
     cache.chmod(0o600)
     expected = next(d for d in devices if d.name == "h100-sxm")
     assert lookup("h100") == expected
     assert lookup("a100-80gb") == next(d for d in devices if d.name == "a100-80gb")
+
+
+def test_an_edited_cache_is_not_read(fresh_catalog_cache) -> None:  # type: ignore[no-untyped-def]
+    """A value changed by hand (here aliases that are numbers: the classes the cache decodes into do not
+    check types) no longer matches the checksum, so the packaged catalog answers."""
+    import canary.catalog as catalog
+
+    devices, cache = fresh_catalog_cache
+    data = catalog_cache.read(cache)
+    next(d for d in data if d["f"]["name"] == "h100-sxm")["f"]["aliases"] = [1, 2]
+    catalog_cache.write_unsigned(cache, data)
+    cache.chmod(0o600)
+    assert catalog._read_cache(cache) is None
+    assert lookup("h100") == next(d for d in devices if d.name == "h100-sxm")
+    assert catalog.all_devices() == devices

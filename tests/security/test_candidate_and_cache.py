@@ -17,6 +17,7 @@ from canary.policy import DEFAULT_PROBE_HOSTS, Policy, load_policy
 from canary.probe.executors.process import ProcessExecutor, candidate_environment
 from canary.probe.factory import check_profile, make_executor, make_monitor
 from tests.probe.helpers import candidate_profile, free_port, proc_environ, profile
+from tests.support import catalog_cache
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_URL = "postgresql+psycopg://canary:hunter2-secret@db.internal:5432/evidence"
@@ -204,9 +205,11 @@ def test_a_cache_writable_by_others_is_ignored(tmp_path: Path, monkeypatch: pyte
     try:
         good = catalog.all_devices()
         (cache,) = (tmp_path / "canary").glob("catalog-*.json")
-        tampered = cache.read_text().replace('"sm_count":132', '"sm_count":9999', 1)
-        assert tampered != cache.read_text()
-        cache.write_text(tampered)
+        data = catalog_cache.read(cache)
+        h100 = next(d for d in data if d["f"]["name"] == "h100-sxm")
+        assert h100["f"]["sm_count"] == 132
+        h100["f"]["sm_count"] = 9999
+        catalog_cache.write_signed(cache, data)  # a consistent file: only its permissions are wrong
         cache.chmod(0o666)
         assert catalog._read_cache(cache) is None
         cache.chmod(0o600)
