@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from canary.admission.decisions import PairEvidence, ProbeRun
 from canary.admission.request import Request, pair_key
@@ -90,7 +90,7 @@ class EvidenceAccess:
                as_of: dt.datetime | None = None) -> PairEvidence:
         """The pooled evidence for (``resident``, the candidate) that is fresh at ``as_of`` (default
         ``now``; an earlier time counts as ``now``: a lookup never revives expired evidence)."""
-        at = now if as_of is None or as_of <= now else as_of
+        at = evidence_time(now, as_of)
         key = pair_key(req, resident)
         if key is None or not self.present:
             return self._without_rows(resident, key)
@@ -115,25 +115,14 @@ class EvidenceAccess:
         if not self.present:
             reserved, source = self.bookings(req.device_id, now)
             return reserved, source, [self.lookup(req, r, now, as_of=as_of) for r in req.snapshot.residents]
-        from evidence_store.lookup import decision_read, key_digest, pool_candidates
+        from evidence_store.lookup import decision_read
 
-        at = now if as_of is None or as_of <= now else as_of
-        keys = [(r, pair_key(req, r)) for r in req.snapshot.residents]
-        policy = req.policy
+        at = evidence_time(now, as_of)
+        keys = request_keys(req)
         booked, rows = self._statement(lambda connection: decision_read(
-            connection, device_id=req.device_id, keys=[k for _, k in keys if k is not None], booked_at=now,
-            evidence_at=at, ttl_s=policy.evidence_ttl_s))
-        evidence = []
-        for resident, key in keys:
-            if key is None:
-                evidence.append(self._without_rows(resident, None))
-                continue
-            res = pool_candidates(
-                rows.get(key_digest(key), []), ttl_s=policy.evidence_ttl_s, driver_version=req.snapshot.driver_version,
-                allow_cross_driver=policy.allow_cross_driver_evidence,
-                cross_driver_confidence_factor=policy.cross_driver_confidence_factor)
-            evidence.append(_pair_evidence(resident.name, key, res, at=at, now=now))
-        return booked, BOOKED_SOURCE, evidence
+            connection, device_id=req.device_id, keys=[k for k in keys if k is not None], booked_at=now,
+            evidence_at=at, ttl_s=req.policy.evidence_ttl_s))
+        return booked, BOOKED_SOURCE, evidence_from_rows(req, keys, rows, at=at, now=now)
 
     def _statement(self, fn: Callable[[Connection], T]) -> T:
         """``fn``'s read, one statement, outside any transaction (``_single_statement``)."""
@@ -149,6 +138,39 @@ class EvidenceAccess:
 
 #: Where the booked memory of a decision comes from, when a store was read.
 BOOKED_SOURCE = "evidence store: memory booked by other admissions on this device"
+
+
+def evidence_time(now: dt.datetime, as_of: dt.datetime | None) -> dt.datetime:
+    """The instant evidence must be fresh at: ``as_of`` when later than ``now`` (never earlier: a lookup
+    never revives expired evidence)."""
+    return now if as_of is None or as_of <= now else as_of
+
+
+def request_keys(req: Request) -> tuple[PairKey | None, ...]:
+    """Each resident's pair key with the candidate, in resident order (``None``: unprofiled)."""
+    return tuple(pair_key(req, r) for r in req.snapshot.residents)
+
+
+def evidence_from_rows(req: Request, keys: tuple[PairKey | None, ...], rows: dict[str, list[Any]], *,
+                       at: dt.datetime, now: dt.datetime) -> list[PairEvidence]:
+    """Each resident's pooled evidence from the decision read's rows by key digest
+    (``evidence_store.lookup.decision_read``), ``keys`` being ``request_keys(req)``."""
+    from evidence_store.lookup import key_digest, pool_candidates
+
+    policy = req.policy
+    evidence = []
+    for resident, key in zip(req.snapshot.residents, keys, strict=True):
+        if key is None:
+            evidence.append(PairEvidence(
+                resident.name, None, None,
+                reason=f"resident {resident.name} has no profile, so no pairwise evidence can be keyed"))
+            continue
+        res = pool_candidates(
+            rows.get(key_digest(key), []), ttl_s=policy.evidence_ttl_s, driver_version=req.snapshot.driver_version,
+            allow_cross_driver=policy.allow_cross_driver_evidence,
+            cross_driver_confidence_factor=policy.cross_driver_confidence_factor)
+        evidence.append(_pair_evidence(resident.name, key, res, at=at, now=now))
+    return evidence
 
 
 def _pair_evidence(resident: str, key: PairKey, res: LookupResult, *, at: dt.datetime,
@@ -191,18 +213,17 @@ def _single_statement(engine: Engine) -> Iterator[Connection]:
     """A connection for reads that are one statement, which needs no transaction around it: a single
     statement sees one snapshot of the store by itself. On PostgreSQL the connection is in autocommit
     for the duration, which saves the BEGIN and COMMIT round trips (two of the three a decision's read
-    took); on SQLite, where BEGIN and COMMIT cost no round trip, it is ``_read_transaction``."""
-    if engine.dialect.name != "postgresql":
-        with _read_transaction(engine) as connection:
-            yield connection
-        return
+    took); SQLite's connections run a statement outside ``BEGIN`` in autocommit already (the store
+    leaves ``BEGIN`` to SQLAlchemy, which emits it only for a transaction)."""
     from sqlalchemy import exc
 
     from evidence_store.engine import translate
 
     try:
         with engine.connect() as connection:
-            yield connection.execution_options(isolation_level="AUTOCOMMIT")
+            if engine.dialect.name == "postgresql":
+                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+            yield connection
     except exc.SQLAlchemyError as err:
         raise translate(err, engine.url) from err
 

@@ -4,6 +4,7 @@ both backends, for every lookup rule."""
 
 from __future__ import annotations
 
+import tempfile
 from datetime import timedelta
 from typing import Any
 
@@ -93,7 +94,9 @@ def test_evidence_time_and_booking_time_are_separate(engine: Engine) -> None:
 
 def test_a_decision_reads_the_store_in_one_statement_outside_any_transaction(engine: Engine) -> None:
     """What an admission's decision costs the store: one statement (no BEGIN, no COMMIT round trip on
-    PostgreSQL, whose connection is in autocommit for it), whatever the number of residents."""
+    PostgreSQL, whose connection is in autocommit for it), whatever the number of residents. Counted by
+    the drivers themselves, since the statement runs on the driver's connection: SQLite's trace callback
+    (every statement it runs) and libpq's protocol trace (every message sent to PostgreSQL)."""
     from sqlalchemy import event
 
     from canary.admission import EvidenceAccess, load_request
@@ -101,21 +104,40 @@ def test_a_decision_reads_the_store_in_one_statement_outside_any_transaction(eng
 
     req = load_request(str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml"),
                        str(EXAMPLES / "profiles" / "embedding-service.yaml"))
-    seen: list[tuple[str, bool | None]] = []
+    with tempfile.TemporaryFile("w+") as trace:
+        statements: list[str] = []
 
-    def count(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        dbapi = conn.connection.dbapi_connection
-        seen.append((statement.split()[0].upper(), getattr(dbapi, "autocommit", None)))
+        def watch(dbapi: Any, _record: Any, _proxy: Any) -> None:
+            if engine.dialect.name == "sqlite":
+                dbapi.set_trace_callback(statements.append)
+            else:
+                import psycopg
 
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        reserved, source, evidence_ = EvidenceAccess.over(engine).decision_inputs(req, NOW)
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
+                dbapi.pgconn.trace(trace.fileno())
+                dbapi.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+
+        def unwatch(dbapi: Any, _record: Any) -> None:
+            if engine.dialect.name == "sqlite":
+                dbapi.set_trace_callback(None)
+            else:
+                dbapi.pgconn.untrace()
+
+        event.listen(engine, "checkout", watch)
+        event.listen(engine, "checkin", unwatch)
+        try:
+            reserved, source, evidence_ = EvidenceAccess.over(engine).decision_inputs(req, NOW)
+        finally:
+            event.remove(engine, "checkout", watch)
+            event.remove(engine, "checkin", unwatch)
+        trace.seek(0)
+        messages = [line.split("\t") for line in trace.read().splitlines()]
     assert reserved == 0 and "booked by other admissions" in source
     assert [e.resident for e in evidence_] == [r.name for r in req.snapshot.residents]
     assert all(e.outcome is None and "no current evidence" in e.reason for e in evidence_)
-    statements = [s for s, _ in seen if s not in ("BEGIN",)]
-    assert statements == ["SELECT"], seen
-    if engine.dialect.name == "postgresql":
-        assert seen == [("SELECT", True)]  # autocommit: psycopg sends no BEGIN before it, no COMMIT after
+    if engine.dialect.name == "sqlite":
+        assert [s.split()[0].upper() for s in statements] == ["SELECT"], statements  # no BEGIN, no COMMIT
+    else:
+        sent = [m[2] for m in messages if m[0] == "F"]
+        assert sent.count("Execute") == 1 and "Query" not in sent, messages  # no BEGIN/COMMIT (simple queries)
+        idle = [m[3].strip() for m in messages if m[0] == "B" and m[2] == "ReadyForQuery"]
+        assert idle and set(idle) == {"I"}, messages  # never inside a transaction: autocommit

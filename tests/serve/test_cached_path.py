@@ -1,6 +1,6 @@
-"""The cached decision the service answers most: one read-only transaction, and no write transaction
-when nothing is written (``reserve: false``); with ``reserve`` the booking and certificate are still
-written together."""
+"""The cached decision the service answers most: one statement outside any transaction (counted on the
+wire in tests/evidence_store/test_decision_read.py), and no write transaction when nothing is written
+(``reserve: false``); with ``reserve`` the booking and certificate are still written together."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def test_a_cached_admission_reads_once_and_writes_only_what_it_keeps(store_url: 
         cached = admit(load_request(SNAP, EMB), engine=engine, reserve=False)
         assert cached.decided_by == "cache" and cached.verdict == first.verdict
         assert cached.resource_reservations == ()
-        assert begun == ["read"]  # bookings and evidence in one read; nothing to write, no write opened
+        assert begun == []  # bookings and evidence in one statement, no transaction; nothing to write
 
         begun.clear()
         booked = admit(load_request(SNAP, EMB), engine=engine, reserve=True)
         assert booked.decided_by == "cache" and booked.verdict == "admit" and len(booked.resource_reservations) == 1
-        assert begun == ["read", "write"]
+        assert begun == ["write"]
         with session_scope(engine, read_only=True) as s:
             assert s.scalar(select(func.count()).select_from(CertificateRow)) == 1
     finally:
