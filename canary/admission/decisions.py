@@ -8,6 +8,7 @@ checks them from tables of cases.
 - ``hard_fit_decision``: what stage 1 settles by itself (does not fit, cannot tell, nothing else
   runs, an isolated MIG instance), or ``None`` when interference must be judged;
 - ``cache_decision``: what pooled evidence says, or what is missing;
+- ``settle``: the two above together, and the pairs a probe would settle;
 - ``probe_decision``: what the probes (and the evidence they complete) say;
 - ``reservation_plan``: where the memory is booked, how much, and against which capacity;
 - ``make_certificate``: the certificate of a decision.
@@ -157,6 +158,26 @@ def pairs_needing_probe(evidence: list[PairEvidence]) -> list[PairKey]:
     if any(e.outcome is None and e.key is None for e in evidence):
         return []
     return [e.key for e in evidence if e.outcome is None and e.key is not None]
+
+
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
+class Settled:
+    """What stage 1 and the evidence decide before any probe: the decision, and the pair keys a probe
+    would settle (empty when stage 1 or the evidence decides, or when no probe could lift the unknown)."""
+
+    decision: Decision
+    probe_keys: tuple[PairKey, ...] = ()
+
+
+def settle(req: Request, hard: HardFit, evidence: list[PairEvidence]) -> Settled:
+    """Stage 1's decision when it settles the request, else the evidence's, with the pairs to probe
+    after an ``unknown`` (``pairs_needing_probe``)."""
+    decision = hard_fit_decision(req, hard)
+    if decision is not None:
+        return Settled(decision)
+    decision = cache_decision(req, evidence)
+    return Settled(decision, tuple(pairs_needing_probe(evidence)) if decision.verdict == "unknown" else ())
 
 
 def probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence]) -> Decision:

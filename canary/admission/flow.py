@@ -18,13 +18,11 @@ from canary.admission.decisions import (
     Decision,
     PairEvidence,
     ProbeRun,
-    cache_decision,
     hard_fit,
-    hard_fit_decision,
     make_certificate,
-    pairs_needing_probe,
     probe_decision,
     reservation_plan,
+    settle,
 )
 from canary.admission.request import Request
 from canary.admission.store import EvidenceAccess, feedback_evidence, open_store_for_writing, probe_evidence
@@ -105,10 +103,7 @@ def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime, *, stage1
         evidence = [PairEvidence(r.name, None, None, reason="no evidence store consulted")
                     for r in req.snapshot.residents]
     hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
-    decision = hard_fit_decision(req, hard)
-    if decision is None:
-        decision = cache_decision(req, evidence)
-    return make_certificate(req, hard, decision, now)
+    return make_certificate(req, hard, settle(req, hard, evidence).decision, now)
 
 
 def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime, *,
@@ -119,11 +114,7 @@ def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime, *,
     ``evidence_as_of``: only evidence still fresh then counts (``EvidenceAccess.lookup``'s ``as_of``)."""
     reserved, source, evidence = access.decision_inputs(req, now, as_of=evidence_as_of)
     hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
-    if hard_fit_decision(req, hard) is not None:
-        return []
-    if cache_decision(req, evidence).verdict != "unknown":
-        return []
-    return pairs_needing_probe(evidence)
+    return list(settle(req, hard, evidence).probe_keys)
 
 
 async def admit_async(
@@ -153,12 +144,6 @@ async def admit_async(
     its coordinator (one probe per pair key) instead of running it here. ``evidence_as_of`` (a time
     after now): evidence that expires before it counts as missing, so its pair is probed (the nightly
     warm job's "fresh until"); default: as of now. ``stage1``: ``hard_fit``, or a ``Stage1Memo``."""
-    from evidence_store.certificates import record_certificate
-    from evidence_store.engine import session_scope
-    from evidence_store.errors import ReservationConflict
-    from evidence_store.evidence import record_evidence
-    from evidence_store.reservations import reserve as book
-
     clock = now or utcnow
     if probe:  # where a probe may connect and what it may run: checked before the store is touched
         from canary.probe.factory import check_request
@@ -171,27 +156,37 @@ async def admit_async(
     # the bookings and the evidence: one statement, one snapshot of the store
     reserved, source, evidence = access.decision_inputs(req, started, as_of=evidence_as_of)
     hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
-    decision = hard_fit_decision(req, hard)
+    settled = settle(req, hard, evidence)
+    decision = settled.decision
     runs: list[ProbeRun] = []
-    if decision is None:
-        decision = cache_decision(req, evidence)
-        missing = [(r, e) for r, e in zip(req.snapshot.residents, evidence, strict=True)
-                   if e.outcome is None and e.key is not None]
-        if decision.verdict == "unknown" and missing and probe and not any(
-                e.outcome is None and e.key is None for e in evidence):
-            if defer_probe is not None:
-                defer_probe([e.key for _, e in missing if e.key is not None])
-            from evidence_store.journal import StoreJournal
+    if probe and settled.probe_keys:
+        if defer_probe is not None:
+            defer_probe(list(settled.probe_keys))
+        from evidence_store.journal import StoreJournal
 
-            journal = StoreJournal(engine)
-            await _recover_orphans(engine, clock(), announce)
-            for i, (resident, e) in enumerate(missing):
-                assert e.key is not None
-                runs.append(await _probe_pair(req, resident, e.key, journal=journal, progress=progress, seed=seed + i,
-                                              monitor_wrapper=monitor_wrapper))
-            cached = [e for e in evidence if e.outcome is not None]
-            decision = probe_decision(req, runs, cached)
-    finished = clock()
+        journal = StoreJournal(engine)
+        await _recover_orphans(engine, clock(), announce)
+        missing = [(r, e.key) for r, e in zip(req.snapshot.residents, evidence, strict=True)
+                   if e.outcome is None and e.key is not None]
+        for i, (resident, key) in enumerate(missing):
+            runs.append(await _probe_pair(req, resident, key, journal=journal, progress=progress, seed=seed + i,
+                                          monitor_wrapper=monitor_wrapper))
+        cached = [e for e in evidence if e.outcome is not None]
+        decision = probe_decision(req, runs, cached)
+    return record_admission(req, hard, decision, runs, engine=engine, reserve=reserve, finished=clock())
+
+
+def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list[ProbeRun], *, engine: Engine,
+                     reserve: bool, finished: dt.datetime) -> Certificate:
+    """The certificate of ``decision``, issued at ``finished``, with what it writes committed together:
+    the probes' evidence, the booking (an ``admit`` with ``reserve``) and the certificate itself (with
+    ``reserve``). Without probes and without ``reserve`` there is nothing to write, and no transaction."""
+    from evidence_store.certificates import record_certificate
+    from evidence_store.engine import session_scope
+    from evidence_store.errors import ReservationConflict
+    from evidence_store.evidence import record_evidence
+    from evidence_store.reservations import reserve as book
+
     if not runs and not reserve:  # nothing to record, book or store: no write transaction at all
         return make_certificate(req, hard, decision, finished)
     with session_scope(engine) as session:
