@@ -19,9 +19,10 @@ PostgreSQL: one client p50 ≤ 3 ms and p99 ≤ 6 ms; 16 clients ≥ 25% of the 
 p99 ≤ 3 × p50. Cached admissions are sent with ``reserve: false`` (decide, do not book): booking
 200,000 times would fill the device, and the booking write is measured by the storm's admissions.
 
-Then, where the time of one cached admission goes (in this process, against the same store; wall
-and CPU): body validation, resolution, the decision (``admit_async`` without a probe), its store
-reads alone (each in its own transaction) and together in one statement, stage 1, serialising the certificate, and one history row.
+Then, where the time of one cached admission goes (in this process, on the service's own objects and
+against the same store; wall and CPU): a kept body, a body's first sight (validation, resolution),
+the decision and its steps (the read, pooling, stage 1, settling, the certificate and its JSON), the
+same read through SQLAlchemy's ``execute`` for comparison, and one history row.
 
 Then a storm: 200 concurrent admissions over 10 unseen pairs on 4 simulated devices, served by 2
 worker processes → the store must record exactly 10 probes, never two running on one device at
@@ -343,82 +344,112 @@ def run_http(backend: str, url: str, tmp: Path, args: argparse.Namespace) -> lis
 
 
 def breakdown(url: str, n: int) -> dict[str, dict[str, float]]:
-    """Median wall and CPU microseconds of each step of one cached admission, run in this process: the
-    steps the service runs, and (separately) the store reads and the pure stage 1 inside the decision.
-    CPU time (this thread's) is the figure the machine's other load inflates least."""
-    from canary.admission import EvidenceAccess, admit_async, hard_fit
-    from canary.admission.flow import Stage1Memo
+    """Median wall and CPU microseconds of each step of one cached admission, run in this process on
+    the service's own objects (``create_app`` and its lifespan, so the decision read is the server's:
+    psycopg's asynchronous pool on PostgreSQL, a worker thread on SQLite): what a kept body costs, what
+    the first sight of a body costs, and the steps inside the decision; then the same read through
+    SQLAlchemy's ``Connection.execute``, which it replaced, and one history row. CPU time (this thread's)
+    is the figure the machine's other load inflates least."""
+    import uvloop
+
+    from canary.admission.decisions import hard_fit as stage1
+    from canary.admission.decisions import make_certificate, settle
+    from canary.admission.flow import utcnow
+    from canary.admission.store import BOOKED_SOURCE, _single_statement, evidence_from_rows
+    from canary.serve import decide
     from canary.serve import resolve as resolving
-    from canary.serve.app import _defer, _run_sync
-    from canary.serve.resolve import resolve
+    from canary.serve.app import create_app
+    from canary.serve.config import ServeConfig
     from canary.serve.schemas import AdmissionRequest
     from evidence_store import fleet
-    from evidence_store.engine import open_store, session_scope
+    from evidence_store.engine import session_scope
+    from evidence_store.lookup import _decision_statement
 
     profile, snapshot = docs()
-    engine = open_store(url)
-    access = EvidenceAccess.over(engine)
     raw = json.dumps({"device": snapshot, "candidate": profile, "reserve": False}).encode()
-    names = ("parse + validate the body", "resolve (profiles, snapshot, policy; documents kept)",
-             "decision: admit_async (reads, stage 1 memo hit, certificate)", "  store: reserved bytes (alone)",
-             "  stage 1: hard fit (pure; what a memo miss costs)", "  store: evidence lookup (alone, 1 per resident)",
-             "  store: both in one statement (what admit_async does)", "certificate to JSON",
-             "history row, one per transaction (after the answer)",
-             "history row, 10 in one INSERT and transaction (per row)",
-             "resolve, documents seen for the first time")
+    app = create_app(ServeConfig(db_url=url, auth="none"))
+    names = ("kept body: its SHA-256 and the kept preparation", "first sight: validate the body (pydantic)",
+             "first sight: prepare (resolve, pair keys, history row)",
+             "decision: decide.admission (read, stage 1 memo, settle, certificate)",
+             "  store: the decision read (the server's)", "  pool the evidence rows",
+             "  stage 1: hard fit (pure; what a memo miss costs)", "  settle", "  certificate",
+             "  certificate to JSON (compact, as served)",
+             "the same read through SQLAlchemy Connection.execute (before)",
+             "history row, 10 in one INSERT and transaction (per row)")
     wall: dict[str, list[float]] = {k: [] for k in names}
     cpu: dict[str, list[float]] = {k: [] for k in names}
-    now = dt.datetime.now(dt.UTC)
-    memo = Stage1Memo()  # as the service's: the same documents, stage 1 computed once
-    for _ in range(n):
-        t = [(time.perf_counter(), time.thread_time())]
-        body = AdmissionRequest.model_validate_json(raw)
-        t.append((time.perf_counter(), time.thread_time()))
-        resolved = resolve(body, lambda *a: None, default_policy="default")
-        req = resolved.request
-        t.append((time.perf_counter(), time.thread_time()))
-        cert = _run_sync(admit_async(req, engine=engine, probe=True, reserve=False, defer_probe=_defer, stage1=memo))
-        t.append((time.perf_counter(), time.thread_time()))
-        reserved = access.reserved_bytes(req.device_id, now)
-        t.append((time.perf_counter(), time.thread_time()))
-        hard_fit(req, reserved_bytes_by_others=reserved)
-        t.append((time.perf_counter(), time.thread_time()))
-        for resident in req.snapshot.residents:
-            access.lookup(req, resident, now)
-        t.append((time.perf_counter(), time.thread_time()))
-        access.decision_inputs(req, now)
-        t.append((time.perf_counter(), time.thread_time()))
-        cert.to_json()
-        t.append((time.perf_counter(), time.thread_time()))
-        with session_scope(engine) as session:
-            fleet.log_admission(session, pair_digest="bench", key_digests=["bench"], device_type=req.spec.name,
-                                device_id=req.device_id, label="bench", verdict=cert.verdict,
-                                request_json=resolved.request_json, now=now)
-        t.append((time.perf_counter(), time.thread_time()))
-        with session_scope(engine) as session:
-            fleet.log_admissions(session, [{
-                "pair_digest": "bench", "key_digests": ["bench"], "device_type": req.spec.name,
-                "device_id": req.device_id, "label": "bench", "verdict": cert.verdict,
-                "request_json": resolved.request_json, "now": now}] * 10)
-        end = (time.perf_counter(), time.thread_time())
-        wall[names[-2]].append((end[0] - t[-1][0]) / 10)
-        cpu[names[-2]].append((end[1] - t[-1][1]) / 10)
-        assert cert.decided_by == "cache", cert.decided_by
-        for i, name in enumerate(names[:-2]):
-            wall[name].append(t[i + 1][0] - t[i][0])
-            cpu[name].append(t[i + 1][1] - t[i][1])
-    assert memo.misses == 1, (memo.hits, memo.misses)  # the documents were kept: one stage 1 for all
-    for _ in range(n):  # the service keeps validated documents: measure without them too
-        resolving._documents.clear()
-        resolving._inline_refs.clear()
-        t0 = (time.perf_counter(), time.thread_time())
-        resolve(body, lambda *a: None, default_policy="default")
-        t1 = (time.perf_counter(), time.thread_time())
-        wall[names[-1]].append(t1[0] - t0[0])
-        cpu[names[-1]].append(t1[1] - t0[1])
-    engine.dispose()
+
+    def tick() -> tuple[float, float]:
+        return time.perf_counter(), time.thread_time()
+
+    def note(name: str, t0: tuple[float, float], t1: tuple[float, float], per: int = 1) -> None:
+        wall[name].append((t1[0] - t0[0]) / per)
+        cpu[name].append((t1[1] - t0[1]) / per)
+
+    async def main() -> None:
+        async with app.router.lifespan_context(app):
+            svc = app.state.service
+            body = AdmissionRequest.model_validate_json(raw)
+            prepared = decide.prepare(svc, body, probe=True, reserve=False, extra={"reserve": False, "seed": 0})
+            svc.prepared["admissions"].put(raw, prepared)
+            req = prepared.request
+            engine = svc.engine
+            statement = _decision_statement(len(prepared.digests))
+            for i in range(n):
+                t = tick()
+                assert svc.prepared["admissions"].get(raw) is prepared
+                note(names[0], t, tick())
+                t = tick()
+                body = AdmissionRequest.model_validate_json(raw)
+                note(names[1], t, tick())
+                resolving._documents.clear()  # the first sight of these documents
+                resolving._inline_refs.clear()
+                t = tick()
+                decide.prepare(svc, body, probe=True, reserve=False, extra={"reserve": False, "seed": 0})
+                note(names[2], t, tick())
+                t = tick()
+                response = await decide.admission(svc, prepared, time.perf_counter())
+                note(names[3], t, tick())
+                assert response.status_code == 200 and b'"decided_by":"cache"' in response.body, response.body
+                now = utcnow()
+                t = tick()
+                booked, rows = await svc.reads.read(device_id=req.device_id, digests=prepared.digests, at=now,
+                                                    ttl_s=req.policy.evidence_ttl_s)
+                t2 = tick()
+                evidence = evidence_from_rows(req, prepared.keys, rows, at=now, now=now)
+                t3 = tick()
+                hard = stage1(req, reserved_bytes_by_others=booked, reservations_source=BOOKED_SOURCE)
+                t4 = tick()
+                settled = settle(req, hard, evidence)
+                t5 = tick()
+                cert = make_certificate(req, hard, settled.decision, now)
+                t6 = tick()
+                cert.model_dump_json()
+                t7 = tick()
+                for name, (a, b) in zip(names[4:10], itertools.pairwise((t, t2, t3, t4, t5, t6, t7)), strict=True):
+                    note(name, a, b)
+                values = {"device_id": req.device_id, "booked_at": now, "evidence_at": now,
+                          "oldest": now - dt.timedelta(seconds=req.policy.evidence_ttl_s),
+                          **{f"key_{j}": d for j, d in enumerate(prepared.digests)}}
+
+                def through_sqlalchemy(values: dict[str, Any] = values) -> None:
+                    with _single_statement(engine) as connection:
+                        connection.execute(statement, values).all()
+
+                t = tick()
+                through_sqlalchemy()
+                note(names[10], t, tick())
+                if i % 10 == 0:
+                    entry = decide._history(prepared, "admit")
+                    assert entry is not None
+                    t = tick()
+                    with session_scope(engine) as session:
+                        fleet.log_admissions(session, [entry] * 10)
+                    note(names[11], t, tick(), per=10)
+
+    uvloop.run(main())
     return {k: {"wall_us": statistics.median(wall[k]) * 1e6, "cpu_us": statistics.median(cpu[k]) * 1e6}
-            for k in names}
+            for k in names if wall[k]}
 
 
 def goals(series: list[Series]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ event loop only routes, waits and runs probes' async orchestration.
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import re
 import time
@@ -27,16 +28,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from canary.admission.flow import Stage1Memo
 from canary.certificate import Certificate
 from canary.errors import CanaryError, InputError, SchemaOutOfDate, StoreUnavailable
+from canary.serve import decide
 from canary.serve import schemas as S
-from canary.serve.auth import TokenCache, granted
+from canary.serve.auth import HttpProblem, TokenCache, authorize
 from canary.serve.config import ServeConfig
-from canary.serve.fleet import AdmissionHistory, admission_entry
+from canary.serve.fleet import AdmissionHistory
 from canary.serve.metrics import Metrics
-from canary.serve.probes import ProbeRunner, utcnow
+from canary.serve.probes import ProbeRunner, probe_status, utcnow
+from canary.serve.reads import DecisionReads
 from canary.serve.resolve import Resolved, resolve
 from evidence_store import probe_queue, registry
 from evidence_store.engine import session_scope
-from evidence_store.probe_queue import ProbeTicket
 
 API_VERSION = "v1"
 PROBLEM = {"model": S.ProblemDetail}
@@ -120,7 +122,7 @@ class CountResponses:
             svc = self.holder.get("svc")
             if svc is not None:
                 path = getattr(scope.get("route"), "path", "unmatched")
-                svc.metrics.http.labels(path, str(status[0])).inc()
+                svc.metrics.series(svc.metrics.http, path, str(status[0])).inc()
 
 
 class Service:
@@ -136,6 +138,9 @@ class Service:
         self.history = AdmissionHistory(self.db, window_s=config.history_window_s)
         self.decisions = anyio.CapacityLimiter(config.decision_threads)  # built in the lifespan: a loop runs
         self.stage1 = Stage1Memo()  # stage 1 by its exact inputs: the same documents arrive again and again
+        self.reads = DecisionReads(engine, connections=config.read_connections, limiter=self.decisions)
+        # Request bodies validated and resolved before, by route (canary.serve.decide)
+        self.prepared = {"fit": decide.PreparedBodies(), "admissions": decide.PreparedBodies()}
         # Registry entries are immutable once put (a different document under the same name@version is
         # refused), so an exact reference is read from the store once per process.
         self._registry_cache: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -209,7 +214,7 @@ class Service:
         return EvidenceAccess.over(self.engine)
 
 
-def _service(request: Request) -> Service:
+async def _service(request: Request) -> Service:
     svc: Service = request.app.state.service
     return svc
 
@@ -220,38 +225,13 @@ Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_
 
 
 def require(scope: str, *, extender: bool = False) -> Callable[..., Awaitable[None]]:
-    """A dependency: the request carries a bearer token granting ``scope`` (unless auth is off)."""
+    """A dependency: the request carries a bearer token granting ``scope`` (unless auth is off;
+    ``canary.serve.auth.authorize``). ``credentials`` declares the scheme in the OpenAPI document."""
 
     async def check(request: Request, credentials: Bearer) -> None:
-        svc = _service(request)
-        mode = svc.config.extender_auth if extender else svc.config.auth
-        if mode == "none":
-            return
-        header = request.headers.get("authorization", "")
-        if credentials is None or not header.lower().startswith("bearer "):
-            svc.metrics.auth_failures.labels("missing").inc()
-            raise _Http(401, "a bearer token is required (Authorization: Bearer cnr_…); see canary serve token create",
-                        {"WWW-Authenticate": "Bearer"})
-        token = header[7:].strip()
-        now = utcnow()
-        known, info = svc.tokens.cached(token, now)
-        if not known:  # the slow hash and the store read happen off the event loop, once per token
-            info = await anyio.to_thread.run_sync(svc.tokens.check, token, now)
-        if info is None:
-            svc.metrics.auth_failures.labels("invalid").inc()
-            raise _Http(401, "the token is unknown, revoked or expired", {"WWW-Authenticate": "Bearer"})
-        if scope not in granted(info.scopes):
-            svc.metrics.auth_failures.labels("scope").inc()
-            raise _Http(403, f"token {info.id} lacks scope '{scope}' (it has: {', '.join(sorted(info.scopes))})")
+        await authorize(request.app.state.service, request.headers, scope, extender=extender)
 
     return check
-
-
-class _Http(Exception):
-    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
-        self.status = status
-        self.detail = detail
-        self.headers = headers or {}
 
 
 _WAIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$")
@@ -265,27 +245,6 @@ def parse_wait(text: str | None, max_s: float) -> float:
         raise InputError(f"not a duration {text!r}: use e.g. 30s, 500ms or 30", field="wait")
     value = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
     return min(value, max_s)
-
-
-def _transitions(t: ProbeTicket) -> list[S.Transition]:
-    out = [S.Transition(state="queued", at=t.created_at)]
-    if t.started_at is not None:
-        out.append(S.Transition(state="running", at=t.started_at))
-    if t.finished_at is not None:
-        out.append(S.Transition(state=t.state, at=t.finished_at))
-    return out
-
-
-def probe_status(t: ProbeTicket) -> S.ProbeStatus:
-    return S.ProbeStatus(
-        id=t.id, state=t.state, device_id=t.device_id, pair_digest=t.pair_digest,
-        waiters=t.waiters, cancel_requested=t.cancel_requested, created_at=t.created_at, started_at=t.started_at,
-        finished_at=t.finished_at, updated_at=t.updated_at, transitions=_transitions(t), error=t.error,
-        certificate=t.certificate_json)
-
-
-def _cert_response(cert: Certificate, status: int = 200) -> Response:
-    return Response(cert.to_json(), status_code=status, media_type="application/json")
 
 
 def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
@@ -302,12 +261,22 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         holder["svc"] = svc
         app.state.service = svc
         await svc.runner.recover()  # a restarted server aborts what its dead predecessor left running
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(svc.runner.serve)
-            tg.start_soon(svc.history.serve)
-            yield
-            tg.cancel_scope.cancel()
-        await svc.history.flush()  # admissions answered but not yet in the history
+        await svc.reads.open()
+        # Everything alive now (modules, models, the catalog, the store's metadata: ~170,000 objects)
+        # lives as long as the process: moved out of the collector's sight, a full collection scans only
+        # what requests create. Without it, at ~2,000 admissions a second a full collection ran every
+        # ~1.3 s and held every request for 90–100 ms (docs/serve.md).
+        gc.collect()  # what is garbage already goes first: a frozen object is never collected
+        gc.freeze()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(svc.runner.serve)
+                tg.start_soon(svc.history.serve)
+                yield
+                tg.cancel_scope.cancel()
+            await svc.history.flush()  # admissions answered but not yet in the history
+        finally:
+            await svc.reads.close()
         if engine is None:
             eng.dispose()
 
@@ -316,12 +285,12 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         summary="May this GPU workload share this GPU now? Decisions with certificates, over HTTP.",
         description="The admission service: stage 1 (hard fit), the pairwise evidence cache, and bounded canary "
         "probes (one per pair key, never two on one device). Authenticate with `Authorization: Bearer <token>` "
-        "(`canary serve token create`). Errors are `{\"detail\": \"…\"}`.",
+        "(`canary tokens create`). Errors are `{\"detail\": \"…\"}`.",
     )
     app.add_middleware(BodyLimit, default_bytes=config.max_body_bytes, extender_bytes=config.extender_max_body_bytes)
 
-    @app.exception_handler(_Http)
-    async def _http_error(request: Request, exc: _Http) -> Response:
+    @app.exception_handler(HttpProblem)
+    async def _http_error(request: Request, exc: HttpProblem) -> Response:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(InputError)
@@ -341,6 +310,40 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=status)
 
     app.add_middleware(CountResponses, holder=holder)
+
+    # ------------------------------------------------------------------ decisions
+    # First: the router tries routes in order, and these are the ones asked most.
+
+    async def fit(body: S.DecisionRequest, svc: Svc, request: Request) -> Response:
+        """Stage 1 and an evidence lookup, never a probe (``canary fit``)."""
+        t0 = time.perf_counter()
+        prepared = await anyio.to_thread.run_sync(
+            lambda: decide.prepare(svc, body, probe=False, reserve=False), limiter=svc.decisions)
+        await decide.keep(svc, "fit", request, prepared)
+        return await decide.fit(svc, prepared, t0)
+
+    app.router.add_api_route(
+        "/v1/fit", fit, methods=["POST"], tags=["decisions"], dependencies=[Depends(require("fit"))],
+        responses={200: {"model": Certificate}, **ERRORS}, response_class=Response,
+        route_class_override=decide.decision_route(decide.kept_body("fit", "fit", decide.fit)))
+
+    async def admissions(body: S.AdmissionRequest, svc: Svc, request: Request) -> Response:
+        """Both stages. 200 with the certificate when stage 1 or the evidence decides; otherwise 202 with
+        ``Location: /v1/probes/{id}`` — requests for the same pair share one probe."""
+        t0 = time.perf_counter()
+        prepared = await anyio.to_thread.run_sync(lambda: decide.prepare(
+            svc, body, probe=body.probe, reserve=body.reserve, extra={"reserve": body.reserve, "seed": body.seed}),
+            limiter=svc.decisions)
+        await decide.keep(svc, "admissions", request, prepared)
+        return await decide.admission(svc, prepared, t0)
+
+    app.router.add_api_route(
+        "/v1/admissions", admissions, methods=["POST"], tags=["decisions"], dependencies=[Depends(require("admit"))],
+        responses={200: {"model": Certificate, "description": "decided without a probe"},
+                   202: {"model": S.ProbeStatus, "description": "a probe runs (or was already running for "
+                         "this pair): follow Location"}, **ERRORS},
+        response_class=Response,
+        route_class_override=decide.decision_route(decide.kept_body("admissions", "admit", decide.admission)))
 
     # ------------------------------------------------------------------ health, metrics, ceiling
 
@@ -374,71 +377,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         """Does nothing behind authentication: the benchmark's ceiling for this server."""
         return {"ok": True}
 
-    # ------------------------------------------------------------------ decisions
-
-    @app.post("/v1/fit", tags=["decisions"], dependencies=[Depends(require("fit"))],
-              responses={200: {"model": Certificate}, **ERRORS}, response_class=Response)
-    async def fit(body: S.DecisionRequest, svc: Svc) -> Response:
-        """Stage 1 and an evidence lookup, never a probe (``canary fit``)."""
-        from canary.admission import fit as core_fit
-
-        t0 = time.perf_counter()
-
-        def work() -> Certificate:
-            resolved = svc.resolve(body)
-            with svc.metrics.store_op("fit"):
-                return core_fit(resolved.request, svc.access(), utcnow(), stage1=svc.stage1)
-
-        cert = await anyio.to_thread.run_sync(work, limiter=svc.decisions)
-        svc.metrics.decided("fit", cert, time.perf_counter() - t0)
-        return _cert_response(cert)
-
-    @app.post("/v1/admissions", tags=["decisions"], dependencies=[Depends(require("admit"))],
-              responses={200: {"model": Certificate, "description": "decided without a probe"},
-                         202: {"model": S.ProbeStatus, "description": "a probe runs (or was already running for "
-                               "this pair): follow Location"}, **ERRORS},
-              response_class=Response)
-    async def admissions(body: S.AdmissionRequest, svc: Svc) -> Response:
-        """Both stages. 200 with the certificate when stage 1 or the evidence decides; otherwise 202 with
-        ``Location: /v1/probes/{id}`` — requests for the same pair share one probe."""
-        from canary.admission import admit_async
-
-        t0 = time.perf_counter()
-
-        def decide() -> tuple[Certificate | tuple[ProbeTicket, bool], dict[str, Any] | None]:
-            resolved = svc.resolve(body, extra={"reserve": body.reserve, "seed": body.seed})
-            req = resolved.request
-            looked_at = utcnow()  # before the evidence lookup: a probe of this pair done since then is joined
-            try:
-                with svc.metrics.store_op("admit"):
-                    cert: Certificate = _run_sync(admit_async(req, engine=svc.engine, probe=body.probe,
-                                                              reserve=body.reserve, defer_probe=_defer,
-                                                              stage1=svc.stage1))
-                return cert, admission_entry(svc, resolved, cert.verdict)
-            except ProbeDeferred as deferred:
-                digest = probe_queue.pair_digest(deferred.keys)
-            from evidence_store.fleet import submit_and_notify  # announces it to a node agent (PostgreSQL)
-
-            submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: submit_and_notify(
-                s, digest=digest, device_id=req.device_id, request_json=resolved.request_json, now=utcnow(),
-                since=looked_at))
-            return submitted, admission_entry(svc, resolved, "probe")
-
-        outcome, history = await anyio.to_thread.run_sync(decide, limiter=svc.decisions)
-        svc.history.add(history)  # written after the answer, batched with its neighbours
-        if isinstance(outcome, Certificate):
-            svc.metrics.decided("admissions", outcome, time.perf_counter() - t0)
-            return _cert_response(outcome)
-        ticket, joined = outcome
-        svc.metrics.cache.labels("miss").inc()
-        if joined:
-            svc.metrics.coalesced.inc()
-        else:
-            svc.metrics.probes_started.inc()
-            svc.runner.wake()
-        status = probe_status(ticket)
-        return Response(status.model_dump_json(), status_code=202, media_type="application/json",
-                        headers={"Location": f"/v1/probes/{ticket.id}"})
+    # ------------------------------------------------------------------ probes
 
     @app.get("/v1/probes/{probe_id}", tags=["decisions"], response_model=S.ProbeStatus,
              dependencies=[Depends(require("read"))], responses={404: PROBLEM, **ERRORS})
@@ -449,7 +388,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         wait_s = parse_wait(wait, svc.config.max_wait_s)
         ticket = await svc.runner.wait(probe_id, wait_s)
         if ticket is None:
-            raise _Http(404, f"no probe {probe_id!r}")
+            raise HttpProblem(404, f"no probe {probe_id!r}")
         return probe_status(ticket)
 
     @app.delete("/v1/probes/{probe_id}", tags=["decisions"], response_model=S.ProbeStatus,
@@ -460,7 +399,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         ticket = await anyio.to_thread.run_sync(
             lambda: svc.db("probe_cancel", lambda s: probe_queue.cancel(s, probe_id, now=utcnow())))
         if ticket is None:
-            raise _Http(404, f"no probe {probe_id!r}")
+            raise HttpProblem(404, f"no probe {probe_id!r}")
         return probe_status(ticket)
 
     # ------------------------------------------------------------------ evidence, feedback, reservations
@@ -492,7 +431,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
         found = await anyio.to_thread.run_sync(lambda: svc.db("evidence_show", work, read_only=True))
         if found is None:
-            raise _Http(404, f"no evidence {evidence_id!r}")
+            raise HttpProblem(404, f"no evidence {evidence_id!r}")
         rec, hist = found
         return {"evidence": rec.model_dump(mode="json"), "history": [h.model_dump(mode="json") for h in hist]}
 
@@ -510,7 +449,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
         rec = await anyio.to_thread.run_sync(lambda: svc.db("evidence_revoke", work))
         if rec is None:
-            raise _Http(404, f"no evidence {evidence_id!r}")
+            raise HttpProblem(404, f"no evidence {evidence_id!r}")
         return dict(rec.model_dump(mode="json"))
 
     @app.post("/v1/feedback", tags=["evidence"], dependencies=[Depends(require("feedback"))],
@@ -554,7 +493,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
             return True
 
         if not await anyio.to_thread.run_sync(lambda: svc.db("reservation_release", work)):
-            raise _Http(404, f"no reservation {reservation_id!r}")
+            raise HttpProblem(404, f"no reservation {reservation_id!r}")
         return {"released": reservation_id}
 
     # ------------------------------------------------------------------ registry
@@ -591,7 +530,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
             try:
                 entry, created = await anyio.to_thread.run_sync(work)
             except registry.RegistryConflict as exc:
-                raise _Http(409, str(exc)) from None
+                raise HttpProblem(409, str(exc)) from None
             return S.RegistryEntryOut(kind=entry.kind, name=entry.name, version=entry.version, digest=entry.digest,
                                       created_at=entry.created_at, created=created)
 
@@ -609,7 +548,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
             e = await anyio.to_thread.run_sync(lambda: svc.db("registry_get", lambda s: registry.get(
                 s, kind=kind, name=name, version=version), read_only=True))
             if e is None:
-                raise _Http(404, f"no {kind} {name}@{version}")
+                raise HttpProblem(404, f"no {kind} {name}@{version}")
             return S.RegistryEntryOut(kind=e.kind, name=e.name, version=e.version, digest=e.digest,
                                       created_at=e.created_at, document=e.document)
 
@@ -626,31 +565,6 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
     add_fleet_routes(app, require)
     return app
-
-
-class ProbeDeferred(Exception):
-    """Raised inside ``admit_async`` (through ``defer_probe``) when a probe is needed: the service queues
-    it in the store (one per pair key) instead of running it in the request."""
-
-    def __init__(self, keys: list[Any]) -> None:
-        super().__init__("probe deferred to the probe queue")
-        self.keys = keys
-
-
-def _defer(keys: list[Any]) -> None:
-    raise ProbeDeferred(keys)
-
-
-def _run_sync(coro: Any) -> Any:
-    """Run a coroutine that never suspends (``admit_async`` with ``probe=False`` only touches the store
-    synchronously) to completion in this thread, without an event loop. A coroutine that does suspend
-    is a programming error here, and says so."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise RuntimeError("admit_async(probe=False) suspended; it must decide without awaiting")
 
 
 def openapi_document(config: ServeConfig | None = None) -> str:

@@ -39,9 +39,14 @@ class ServeConfig(BaseModel):
     max_wait_s: float = Field(default=60.0, gt=0, le=600)
     probe_lease_s: float = Field(default=15.0, ge=1.0, le=3600)
     decision_threads: int = Field(
-        default=4, ge=1, le=64, description="decisions (fit, admissions, extender verbs) one worker process runs "
-        "at once, each in a thread; more wait their turn in arrival order instead of sharing the interpreter "
-        "lock and the store's connection pool all at once (which lengthens every one of them, the last most)")
+        default=4, ge=1, le=64, description="the blocking parts of decisions one worker process runs at once, each "
+        "in a thread: preparing a request body seen for the first time, booking memory, queueing a probe, reading "
+        "a SQLite store, the extender verbs (a cached decision on PostgreSQL runs on the event loop and needs "
+        "none); more wait their turn in arrival order instead of sharing the interpreter lock and the store's "
+        "connection pool all at once (which lengthens every one of them, the last most)")
+    read_connections: int = Field(
+        default=8, ge=1, le=256, description="PostgreSQL connections per worker process for decisions' reads (an "
+        "asynchronous pool on the event loop); a decision that finds them all busy waits for one")
     max_concurrent_probes: int = Field(default=8, ge=1, le=256, description="probes one server process runs at once")
     sim_time_scale: float = Field(
         default=0.0, ge=0.0, le=1.0,

@@ -36,7 +36,7 @@ from canary.regime import parse_regime
 MAX_EXTENDER_PRIORITY = 10
 
 
-def _service(request: Request) -> Any:
+async def _service(request: Request) -> Any:
     """The app's ``Service`` (typed loosely here: importing ``canary.serve.app`` would close a cycle)."""
     return request.app.state.service
 

@@ -24,7 +24,7 @@ from canary.serve import schemas as S
 log = logging.getLogger("canary.serve")
 
 
-def _service(request: Request) -> Any:
+async def _service(request: Request) -> Any:
     """The app's ``Service`` (typed loosely: importing ``canary.serve.app`` would close a cycle)."""
     return request.app.state.service
 
@@ -34,32 +34,25 @@ PROBLEM = {"model": S.ProblemDetail}
 ERRORS: dict[int | str, dict[str, Any]] = {401: PROBLEM, 403: PROBLEM, 413: PROBLEM, 422: PROBLEM, 503: PROBLEM}
 
 
-def pair_keys_of(req: Any) -> list[Any]:
-    from canary.admission import pair_key
-
-    keys = [pair_key(req, r) for r in req.snapshot.residents]
-    return [k for k in keys if k is not None]
-
-
-def admission_entry(svc: Any, resolved: Any, verdict: str) -> dict[str, Any] | None:
-    """The history row of one admission (``fleet.log_admission``'s arguments), or ``None`` when there is
-    nothing to record (history off, an idle device, unprofiled residents)."""
-    from canary.serve.probes import utcnow
+def history_row(svc: Any, resolved: Any, keys: tuple[Any, ...]) -> dict[str, Any] | None:
+    """The history row of the admissions of one prepared request (``fleet.log_admission``'s arguments
+    but ``verdict`` and ``now``, which each admission adds), or ``None`` when there is nothing to record
+    (history off, an idle device, unprofiled residents). ``keys``: each resident's pair key."""
     from evidence_store import probe_queue
     from evidence_store.lookup import key_digest
 
     if not svc.config.log_admissions:
         return None
     req = resolved.request
-    keys = pair_keys_of(req)
-    if not keys:
+    keyed = [k for k in keys if k is not None]
+    if not keyed:
         return None  # an idle device or unprofiled residents: no pair to warm or revalidate
     candidate = f"{req.candidate.name}@{req.candidate.version}"
     residents = "+".join(f"{r.name}" for r in req.snapshot.residents)
-    return {"pair_digest": probe_queue.pair_digest(keys), "key_digests": [key_digest(k) for k in keys],
+    return {"pair_digest": probe_queue.pair_digest(keyed), "key_digests": [key_digest(k) for k in keyed],
             "device_type": req.spec.name, "device_id": req.device_id,
-            "label": f"{candidate} beside {residents} on {req.spec.name} ({req.regime})", "verdict": verdict,
-            "request_json": resolved.request_json, "now": utcnow()}
+            "label": f"{candidate} beside {residents} on {req.spec.name} ({req.regime})",
+            "request_json": resolved.request_json}
 
 
 class AdmissionHistory:

@@ -98,6 +98,24 @@ class Metrics:
         self.http = Counter("canary_http_responses", "responses by route and status", ["route", "status"], registry=r)
         self.auth_failures = Counter("canary_auth_failures", "requests refused for a missing, bad or under-scoped "
                                      "token", ["reason"], registry=r)
+        self.bodies = Counter("canary_request_bodies", "decision request bodies by route: 'kept' (seen before: decided "
+                              "without validating or resolving it again), 'prepared' (validated and resolved, then "
+                              "kept), 'not_kept' (its resolution can change: a bare registry name, an agent's device)",
+                              ["route", "result"], registry=r)
+
+        # A labelled series by its metric and label values: ``labels()`` validates and locks on every call,
+        # and a decision touches five series. The label values are few (endpoints, verdicts, deciders,
+        # route templates, status codes, store operations), so this stays small.
+        self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def series(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once per label values (``metric``: one of this object's,
+        which live as long as it does, so its id names it)."""
+        key = (id(metric), labels)
+        child = self._series.get(key)
+        if child is None:
+            child = self._series[key] = metric.labels(*labels)
+        return child
 
     def watch_store(self, read: Callable[[], tuple[dict[str, int], dict[str, int]]]) -> None:
         self._store_state = StoreState(read)
@@ -122,13 +140,13 @@ class Metrics:
         try:
             yield
         finally:
-            self.store_seconds.labels(operation).observe(time.perf_counter() - t0)
+            self.series(self.store_seconds, operation).observe(time.perf_counter() - t0)
 
     def decided(self, endpoint: str, cert: Any, seconds: float) -> None:
-        self.admissions.labels(endpoint, cert.verdict, cert.decided_by).inc()
-        self.decision_seconds.labels(endpoint).observe(seconds)
+        self.series(self.admissions, endpoint, cert.verdict, cert.decided_by).inc()
+        self.series(self.decision_seconds, endpoint).observe(seconds)
         if cert.decided_by == "cache":
-            self.cache.labels("hit").inc()
+            self.series(self.cache, "hit").inc()
 
     def probe_finished(self, state: str, started: dt.datetime | None, finished: dt.datetime,
                        cert: dict[str, Any] | None) -> None:

@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 from sqlalchemy import Engine, select
 
+from canary.serve import schemas as S
 from canary.serve.config import ServeConfig
 from canary.serve.metrics import Metrics
 from evidence_store import probe_queue
@@ -266,3 +267,20 @@ class ProbeRunner:
             self.running -= 1
             self._notify(ticket.id)
             self.wake()
+
+
+def _transitions(t: ProbeTicket) -> list[S.Transition]:
+    out = [S.Transition(state="queued", at=t.created_at)]
+    if t.started_at is not None:
+        out.append(S.Transition(state="running", at=t.started_at))
+    if t.finished_at is not None:
+        out.append(S.Transition(state=t.state, at=t.finished_at))
+    return out
+
+
+def probe_status(t: ProbeTicket) -> S.ProbeStatus:
+    return S.ProbeStatus(
+        id=t.id, state=t.state, device_id=t.device_id, pair_digest=t.pair_digest,
+        waiters=t.waiters, cancel_requested=t.cancel_requested, created_at=t.created_at, started_at=t.started_at,
+        finished_at=t.finished_at, updated_at=t.updated_at, transitions=_transitions(t), error=t.error,
+        certificate=t.certificate_json)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from canary.serve.fleet import pair_keys_of
+from canary.admission.store import request_keys
 from canary.serve.resolve import resolve
 from canary.serve.schemas import DecisionRequest
 from evidence_store import fleet, probe_queue
@@ -28,6 +28,11 @@ from tests.support.cli import run_in_process
 from tests.support.stores import migrated_sqlite
 
 DAY = Path(__file__).parent / "fixtures" / "admissions-day.csv"
+
+
+def pair_keys_of(req: Any) -> list[Any]:
+    """The request's pair keys (its profiled residents'), as the admission history records them."""
+    return [k for k in request_keys(req) if k is not None]
 
 
 def _recorded() -> list[tuple[int, str]]:

@@ -1,0 +1,277 @@
+"""The service's decisions: ``POST /v1/fit`` and ``POST /v1/admissions``, from request bytes to answer.
+
+A scheduler sends the same few request bodies again and again; what changes between two of them is
+the store (bookings, evidence) and the clock, never the documents. So a decision has two halves:
+
+* **Prepare** (once per distinct body): validate the body (FastAPI, against the OpenAPI contract),
+  resolve its references and documents (``canary.serve.resolve``), derive the pair keys, their
+  digests and the admission history's row. A body whose resolution can change is prepared anew every
+  time: a bare registry name (its newest version), a device a node agent publishes, or a policy file
+  changed since. Every other body is kept, by the SHA-256 of its exact bytes, in ``PreparedBodies``:
+  the same bytes are the same JSON, validated and resolved to the same immutable documents (registry
+  entries never change once put, the catalog is fixed for the process).
+* **Decide** (every request): authorize; read the bookings and the evidence in one statement
+  (``DecisionReads``: on PostgreSQL on the event loop through psycopg's asynchronous pool, so a cached
+  admission costs no thread hand-off); stage 1 (memoised by its exact inputs, ``Stage1Memo``); settle
+  (``canary.admission.decisions.settle``); then answer, book and store (``record_admission``, in a
+  worker thread when it writes), or queue a probe (one per pair key).
+
+``DecisionRoute`` serves a body seen before without FastAPI's dependency solving and body parsing
+(which cost more CPU than the decision itself: docs/serve.md), and hands every other body to the
+route's FastAPI endpoint, which validates it, prepares it and decides the same way. The contract —
+the OpenAPI document, status codes, error bodies — is the endpoint's either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from fastapi import Request
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+from starlette.types import Message, Receive, Scope, Send
+
+from canary.admission.decisions import make_certificate, settle
+from canary.admission.flow import record_admission, utcnow
+from canary.admission.store import BOOKED_SOURCE, evidence_from_rows, request_keys
+from canary.certificate import Certificate
+from canary.serve.auth import authorize
+from canary.serve.resolve import Resolved, cached_policy
+
+if TYPE_CHECKING:
+    from evidence_store.keys import PairKey
+    from evidence_store.probe_queue import ProbeTicket
+
+#: Most bodies ``PreparedBodies`` keeps per route; when full it starts over rather than grow.
+PREPARED_BODIES = 1024
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """One request body, validated and resolved: what every decision on it needs but the store and the
+    clock."""
+
+    resolved: Resolved
+    keys: tuple[PairKey | None, ...]  # each resident's pair key with the candidate (None: unprofiled)
+    digests: tuple[str, ...]  # the keyed residents' key digests: the decision read's parameters
+    probe: bool
+    reserve: bool
+    history: dict[str, Any] | None  # the admission history's row, but its verdict and time
+    kept: bool  # its resolution cannot change: PreparedBodies may keep it
+
+    @property
+    def request(self) -> Any:
+        return self.resolved.request
+
+    def current(self) -> bool:
+        """Whether the resolution still holds: the policy file it was decided under is unchanged (the
+        documents cannot change; see the module's docstring)."""
+        policy = self.resolved.request.policy
+        return cached_policy(policy.name) is policy
+
+
+def _pinned(value: Any, *, device: bool = False) -> bool:
+    """A body part that resolves to the same document whenever it is sent: a document by value, a
+    ``name@version`` registry reference, or (a device) a catalog name. A bare registry name means the
+    newest version, and ``agent:`` devices are what node agents publish now: neither is pinned."""
+    if not isinstance(value, str):
+        return True
+    name, at, version = value.partition("@")
+    if at:
+        return bool(name and version)
+    return device and not value.startswith("agent:")
+
+
+def prepare(svc: Any, body: Any, *, probe: bool, reserve: bool, extra: dict[str, Any] | None = None) -> Prepared:
+    """Resolve a validated body (blocking: registry reads) into what its decisions need."""
+    from canary.serve.fleet import history_row
+
+    resolved = svc.resolve(body, extra=extra)
+    keys = request_keys(resolved.request)
+    from evidence_store.lookup import key_digest
+
+    kept = (_pinned(body.device, device=True) and _pinned(body.candidate)
+            and all(_pinned(r) for r in body.residents))
+    return Prepared(resolved=resolved, keys=keys, digests=tuple(key_digest(k) for k in keys if k is not None),
+                    probe=probe, reserve=reserve, history=history_row(svc, resolved, keys), kept=kept)
+
+
+class PreparedBodies:
+    """Prepared request bodies by the SHA-256 of their exact bytes (one instance per route)."""
+
+    def __init__(self, size: int = PREPARED_BODIES) -> None:
+        self._size = size
+        self._entries: dict[bytes, Prepared] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, raw: bytes) -> Prepared | None:
+        """The prepared body of exactly these bytes, if kept and still current."""
+        prepared = self._entries.get(hashlib.sha256(raw).digest())
+        if prepared is None or not prepared.current():
+            return None
+        return prepared
+
+    def put(self, raw: bytes, prepared: Prepared) -> bool:
+        """Keep ``prepared`` for these bytes when its resolution cannot change; whether it was kept."""
+        if not prepared.kept:
+            return False
+        if len(self._entries) >= self._size:
+            self._entries.clear()
+        self._entries[hashlib.sha256(raw).digest()] = prepared
+        return True
+
+
+async def _read(svc: Any, prepared: Prepared, now: Any) -> tuple[Any, Any]:
+    """Stage 1 and the pooled evidence of ``prepared`` at ``now``, from one read of the store."""
+    req = prepared.request
+    with svc.metrics.store_op("decision_read"):
+        booked, rows = await svc.reads.read(device_id=req.device_id, digests=prepared.digests, at=now,
+                                            ttl_s=req.policy.evidence_ttl_s)
+    evidence = evidence_from_rows(req, prepared.keys, rows, at=now, now=now)
+    hard = svc.stage1(req, reserved_bytes_by_others=booked, reservations_source=BOOKED_SOURCE)
+    return hard, evidence
+
+
+def _certificate(svc: Any, endpoint: str, cert: Certificate, t0: float) -> Response:
+    svc.metrics.decided(endpoint, cert, time.perf_counter() - t0)
+    return Response(cert.model_dump_json(), media_type="application/json")  # compact: the CLI indents its JSON
+
+
+async def fit(svc: Any, prepared: Prepared, t0: float) -> Response:
+    """Stage 1 and the evidence, never a probe (``canary fit``): the certificate."""
+    now = utcnow()
+    hard, evidence = await _read(svc, prepared, now)
+    cert = make_certificate(prepared.request, hard, settle(prepared.request, hard, evidence).decision, now)
+    return _certificate(svc, "fit", cert, t0)
+
+
+async def admission(svc: Any, prepared: Prepared, t0: float) -> Response:
+    """Both stages (``canary admit``): the certificate, or 202 and the probe that will settle it."""
+    req = prepared.request
+    looked_at = utcnow()  # before the evidence is read: a probe of this pair done since then is joined
+    hard, evidence = await _read(svc, prepared, looked_at)
+    settled = settle(req, hard, evidence)
+    if prepared.probe and settled.probe_keys:
+        ticket, joined = await anyio.to_thread.run_sync(
+            lambda: queue_probe(svc, prepared.resolved, list(settled.probe_keys), looked_at), limiter=svc.decisions)
+        svc.history.add(_history(prepared, "probe"))
+        return probe_accepted(svc, ticket, joined)
+    if prepared.reserve:  # books the memory of an admit and stores the certificate: a write transaction
+        cert = await anyio.to_thread.run_sync(lambda: _record(svc, prepared, hard, settled.decision),
+                                              limiter=svc.decisions)
+    else:
+        cert = record_admission(req, hard, settled.decision, [], engine=svc.engine, reserve=False, finished=utcnow())
+    svc.history.add(_history(prepared, cert.verdict))  # written after the answer, batched with its neighbours
+    return _certificate(svc, "admissions", cert, t0)
+
+
+def _record(svc: Any, prepared: Prepared, hard: Any, decision: Any) -> Certificate:
+    with svc.metrics.store_op("admit"):
+        return record_admission(prepared.request, hard, decision, [], engine=svc.engine, reserve=True,
+                                finished=utcnow())
+
+
+def _history(prepared: Prepared, verdict: str) -> dict[str, Any] | None:
+    return None if prepared.history is None else {**prepared.history, "verdict": verdict, "now": utcnow()}
+
+
+def queue_probe(svc: Any, resolved: Resolved, keys: list[PairKey], looked_at: Any) -> tuple[ProbeTicket, bool]:
+    """Queue the probe of ``keys`` in the store, or join the one that runs (or ran since ``looked_at``)
+    for the same pairs: one probe per pair key across every server process."""
+    from evidence_store import probe_queue
+    from evidence_store.fleet import submit_and_notify  # announces it to a node agent (PostgreSQL)
+
+    digest = probe_queue.pair_digest(keys)
+    submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: submit_and_notify(
+        s, digest=digest, device_id=resolved.request.device_id, request_json=resolved.request_json, now=utcnow(),
+        since=looked_at))
+    return submitted
+
+
+def probe_accepted(svc: Any, ticket: ProbeTicket, joined: bool) -> Response:
+    """202 with the probe's state and ``Location``."""
+    from canary.serve.probes import probe_status
+
+    svc.metrics.series(svc.metrics.cache, "miss").inc()
+    if joined:
+        svc.metrics.coalesced.inc()
+    else:
+        svc.metrics.probes_started.inc()
+        svc.runner.wake()
+    return Response(probe_status(ticket).model_dump_json(), status_code=202, media_type="application/json",
+                    headers={"Location": f"/v1/probes/{ticket.id}"})
+
+
+#: A fast handler: the response for a request whose body was prepared before, else ``None``.
+Fast = Callable[[Request], Awaitable[Response | None]]
+
+
+def kept_body(route: str, scope: str, decide: Callable[[Any, Prepared, float], Awaitable[Response]]) -> Fast:
+    """The fast handler of a decision route: authorize (before anything else is looked at), find the
+    body's bytes in the route's ``PreparedBodies``, decide."""
+
+    async def handler(request: Request) -> Response | None:
+        t0 = time.perf_counter()
+        svc = request.app.state.service
+        await authorize(svc, request.headers, scope)
+        prepared = svc.prepared[route].get(await request.body())
+        if prepared is None:
+            return None
+        svc.metrics.series(svc.metrics.bodies, route, "kept").inc()
+        return await decide(svc, prepared, t0)
+
+    return handler
+
+
+async def keep(svc: Any, route: str, request: Request, prepared: Prepared) -> None:
+    """After the endpoint prepared a body: keep it for its bytes' next arrival, when it may be kept."""
+    kept = svc.prepared[route].put(await request.body(), prepared)
+    svc.metrics.series(svc.metrics.bodies, route, "prepared" if kept else "not_kept").inc()
+
+
+def decision_route(fast: Fast) -> type[APIRoute]:
+    """A FastAPI route class that answers with ``fast`` when it can, and with the route's own endpoint
+    (dependencies, body validation, the endpoint function) otherwise. The OpenAPI document is the
+    endpoint's: ``fast`` answers only bodies the endpoint validated before, with the same decision.
+
+    ``fast`` runs in front of FastAPI's request handling (outside its per-request exit stacks, which the
+    fast path does not use); what it raises reaches the application's exception handlers as an
+    endpoint's exceptions do. When it cannot answer, the endpoint gets the body already read."""
+
+    class DecisionRoute(APIRoute):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            standard = self.app
+
+            async def app(scope: Scope, receive: Receive, send: Send) -> None:
+                request = Request(scope, receive, send)
+                answer = await fast(request)
+                if answer is not None:
+                    await answer(scope, receive, send)
+                    return
+                await standard(scope, _replay(await request.body(), receive), send)
+
+            self.app = app
+
+    return DecisionRoute
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for an application after the body was read: the body once, then what follows."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
