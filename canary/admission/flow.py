@@ -129,7 +129,6 @@ async def admit_async(
     reserve: bool = True,
     engine: Engine | None = None,
     monitor_wrapper: MonitorWrapper | None = None,
-    defer_probe: Callable[[list[PairKey]], None] | None = None,
     evidence_as_of: dt.datetime | None = None,
     stage1: Stage1 = hard_fit,
 ) -> Certificate:
@@ -139,9 +138,7 @@ async def admit_async(
     ``reserve=False`` is the evidence-warming form: probes are run and recorded, nothing is booked
     and no certificate is stored (the returned one says what an admission would have decided).
     ``monitor_wrapper`` lets a caller wrap each probe's monitor, e.g. the service pacing simulated
-    windows in wall time. ``defer_probe`` (a function of the pair keys to probe) is called before any
-    probe starts, with nothing written yet; the service passes one that raises to hand the probe to
-    its coordinator (one probe per pair key) instead of running it here. ``evidence_as_of`` (a time
+    windows in wall time. ``evidence_as_of`` (a time
     after now): evidence that expires before it counts as missing, so its pair is probed (the nightly
     warm job's "fresh until"); default: as of now. ``stage1``: ``hard_fit``, or a ``Stage1Memo``."""
     clock = now or utcnow
@@ -160,8 +157,6 @@ async def admit_async(
     decision = settled.decision
     runs: list[ProbeRun] = []
     if probe and settled.probe_keys:
-        if defer_probe is not None:
-            defer_probe(list(settled.probe_keys))
         from evidence_store.journal import StoreJournal
 
         journal = StoreJournal(engine)
@@ -307,7 +302,6 @@ def admit(
     reserve: bool = True,
     engine: Engine | None = None,
     monitor_wrapper: MonitorWrapper | None = None,
-    defer_probe: Callable[[list[PairKey]], None] | None = None,
     evidence_as_of: dt.datetime | None = None,
 ) -> Certificate:
     """``admit_async`` from synchronous code."""
@@ -316,7 +310,7 @@ def admit(
     async def _go() -> Certificate:
         return await admit_async(req, db_url=db_url, probe=probe, progress=progress, announce=announce, seed=seed,
                                  now=now, reserve=reserve, engine=engine, monitor_wrapper=monitor_wrapper,
-                                 defer_probe=defer_probe, evidence_as_of=evidence_as_of)
+                                 evidence_as_of=evidence_as_of)
 
     return anyio.run(_go)
 
