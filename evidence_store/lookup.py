@@ -6,12 +6,13 @@ combines the records is ``evidence_store.pooling``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Dialect, Select, bindparam, false, func, select, true
+from sqlalchemy import Dialect, Select, String, bindparam, cast, func, null, select, union_all
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
@@ -156,93 +157,113 @@ def _pool_rows(
     )
 
 
-# One statement for everything a decision reads: the memory booked on the device (one row, always) left
-# joined to the candidate evidence rows of every pair key of the request (none, one or many).
+# One statement for everything decisions read: the memory booked on each of their devices, and the
+# candidate evidence rows of each of their pair keys — for one decision, or for every decision a server
+# has waiting at once (``canary.serve.reads`` batches them). The devices and the key digests travel as one
+# array parameter each (PostgreSQL's ``= ANY``, SQLite's ``json_each``), so there is one statement shape
+# whatever the numbers, and one snapshot of the store for all of it.
 #
-# It is built and compiled by SQLAlchemy, once per dialect and number of keys, and executed on the
-# driver's own connection (``DecisionStatement``): on a cached admission SQLAlchemy's per-execution work
-# (execution context, parameter and result processing) cost ~5x the statement itself (measured: 200 µs
-# of CPU against 42 µs for the same statement through psycopg; docs/serve.md). The conversions
-# SQLAlchemy would apply are its own: each bind's and each column's type processors for the dialect.
+# It is built and compiled by SQLAlchemy, once per dialect, and executed on the driver's own connection
+# (``DecisionStatement``): on a cached admission SQLAlchemy's per-execution work (execution context,
+# parameter and result processing) cost ~5x the statement itself (measured: 200 µs of CPU against 42 µs
+# for the same statement through psycopg; docs/serve.md). The conversions SQLAlchemy would apply are its
+# own: each bind's and each column's type processors for the dialect.
+
+#: Most devices, and most key digests, one statement reads.
+MAX_BATCH = 512
 
 
 class CandidateRow(NamedTuple):
-    """One row of the decision read: the device's booked bytes and one candidate record (all ``None``
-    but ``booked`` when the keys have no candidates)."""
+    """One candidate evidence record of the decision read (the columns pooling reads)."""
 
-    booked: int | None
-    key_digest: str | None
-    id: str | None
+    key_digest: str
+    id: str
     driver_version: str | None
-    source: str | None
-    outcome: str | None
+    source: str
+    outcome: str
     resident_slowdown_pct: float | None
     resident_slowdown_low_pct: float | None
     resident_slowdown_high_pct: float | None
-    samples: int | None
+    samples: int
     confidence: float | None
-    created_at: datetime | None
+    created_at: datetime
 
 
-def _decision_statement(keys: int) -> Select[*tuple[Any, ...]]:
-    booked = select(func.coalesce(func.sum(Reservation.memory_bytes), 0).label("booked")).where(
-        Reservation.device_id == bindparam("device_id"),
+def _member(column: Any, name: str, dialect: Dialect) -> Any:
+    """``column`` is one of the values of the array parameter ``name``."""
+    if dialect.name == "postgresql":
+        from sqlalchemy import any_
+        from sqlalchemy.dialects.postgresql import ARRAY
+
+        return column == any_(bindparam(name, type_=ARRAY(column.type)))
+    values = func.json_each(bindparam(name, type_=String())).table_valued("value")  # a JSON array of strings
+    return column.in_(select(values.c.value))
+
+
+def _decision_statement(dialect: Dialect) -> Select[*tuple[Any, ...]]:
+    evidence_columns = (Evidence.key_digest, *_LOOKUP_COLUMNS)
+    bookings = select(
+        Reservation.device_id.label("device_id"), func.sum(Reservation.memory_bytes).label("booked"),
+        *(cast(null(), c.type).label(c.name) for c in evidence_columns),
+    ).where(
+        _member(Reservation.device_id, "devices", dialect),
         Reservation.released_at.is_(None),
         Reservation.expires_at > bindparam("booked_at", type_=Reservation.expires_at.type),
-    ).subquery("booked")
-    candidates = select(Evidence.key_digest, *_LOOKUP_COLUMNS).where(
-        Evidence.key_digest.in_([bindparam(f"key_{i}", type_=Evidence.key_digest.type) for i in range(keys)])
-        if keys else false(),  # (an empty IN would be left to be rendered at execution time)
+    ).group_by(Reservation.device_id)
+    candidates = select(
+        cast(null(), Reservation.device_id.type).label("device_id"),
+        cast(null(), Reservation.memory_bytes.type).label("booked"), *evidence_columns,
+    ).where(
+        _member(Evidence.key_digest, "digests", dialect),
         Evidence.status == "current",
         Evidence.expires_at > bindparam("evidence_at", type_=Evidence.expires_at.type),
         Evidence.created_at > bindparam("oldest", type_=Evidence.created_at.type),
-    ).subquery("candidates")
-    statement = (
-        select(booked.c.booked, *candidates.c)
-        .select_from(booked.outerjoin(candidates, true()))
-        .order_by(candidates.c.key_digest, candidates.c.created_at.desc(), candidates.c.id.desc())
     )
-    assert tuple(c.name for c in statement.selected_columns) == CandidateRow._fields
+    both = union_all(bookings, candidates).subquery("decision")
+    statement = select(*both.c).order_by(both.c.key_digest, both.c.created_at.desc(), both.c.id.desc())
+    assert tuple(c.name for c in statement.selected_columns) == ("device_id", "booked", *CandidateRow._fields)
     return statement
 
 
 class DecisionStatement:
-    """The decision read compiled for one dialect and one number of keys: its SQL text, its parameters
-    in the driver's style with SQLAlchemy's bind conversions, and SQLAlchemy's result conversions."""
+    """The decision read compiled for one dialect: its SQL text, its parameters in the driver's style
+    with SQLAlchemy's bind conversions, and SQLAlchemy's result conversions."""
 
-    def __init__(self, dialect: Dialect, keys: int) -> None:
-        statement = _decision_statement(keys)
+    def __init__(self, dialect: Dialect) -> None:
+        statement = _decision_statement(dialect)
         compiled = statement.compile(dialect=dialect)
         self.sql: str = compiled.string
-        self._keys = keys
+        self._postgresql = dialect.name == "postgresql"
         self._names: tuple[str, ...] | None = (
             tuple(compiled.positiontup) if compiled.positional and compiled.positiontup is not None else None)
         self._fixed = {k: v for k, v in compiled.params.items() if v is not None}
-        self._binds = {name: bind.type.dialect_impl(dialect).bind_processor(dialect) for name, bind in compiled.binds.items()
-                       if name in compiled.params}
+        self._binds = {name: bind.type.dialect_impl(dialect).bind_processor(dialect)
+                       for name, bind in compiled.binds.items() if name in compiled.params}
         self._dialect = dialect
         self._types = tuple(c.type.dialect_impl(dialect) for c in statement.selected_columns)
         self._results: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
 
     @staticmethod
-    @lru_cache(maxsize=64)
-    def get(dialect: Dialect, keys: int) -> DecisionStatement:
-        return DecisionStatement(dialect, keys)
+    @lru_cache(maxsize=8)
+    def get(dialect: Dialect) -> DecisionStatement:
+        return DecisionStatement(dialect)
 
-    def parameters(self, *, device_id: str, digests: Sequence[str], booked_at: datetime, evidence_at: datetime,
-                   ttl_s: float) -> dict[str, Any] | tuple[Any, ...]:
+    def parameters(self, *, devices: Sequence[str], digests: Sequence[str], booked_at: datetime,
+                   evidence_at: datetime, ttl_s: float) -> dict[str, Any] | tuple[Any, ...]:
         if not ttl_s > 0:
             raise InputError(f"evidence TTL must be positive, got {ttl_s}", field="ttl_s")
-        if len(digests) != self._keys:
-            raise ValueError(f"statement for {self._keys} keys given {len(digests)}")
+        if len(devices) > MAX_BATCH or len(digests) > MAX_BATCH:
+            raise ValueError(f"one decision read takes at most {MAX_BATCH} devices and key digests")
         at = to_utc(evidence_at)
-        values: dict[str, Any] = {**self._fixed, "device_id": device_id, "booked_at": to_utc(booked_at),
-                                  "evidence_at": at, "oldest": at - timedelta(seconds=ttl_s)}
-        for i, digest in enumerate(digests):
-            values[f"key_{i}"] = digest
+        values: dict[str, Any] = {**self._fixed, "booked_at": to_utc(booked_at), "evidence_at": at,
+                                  "oldest": at - timedelta(seconds=ttl_s)}
         for name, process in self._binds.items():
-            if process is not None:
+            if process is not None and name in values:
                 values[name] = process(values[name])
+        if self._postgresql:
+            values["devices"], values["digests"] = list(devices), list(digests)
+        else:
+            values["devices"], values["digests"] = json.dumps(list(devices)), json.dumps(list(digests))
         return values if self._names is None else tuple(values[n] for n in self._names)
 
     def _processors(self, codes: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -253,19 +274,28 @@ class DecisionStatement:
             self._results[codes] = found if any(p is not None for p in found) else None
         return self._results[codes]
 
-    def rows(self, raw: Sequence[Sequence[Any]], codes: tuple[Any, ...]) -> tuple[int, dict[str, list[CandidateRow]]]:
-        """The booked bytes and each key digest's candidate rows, newest first, from the driver's rows
-        and their columns' ``type_codes``."""
+    def rows(self, raw: Sequence[Sequence[Any]], codes: tuple[Any, ...]) -> DecisionRows:
+        """The driver's rows (with their columns' ``type_codes``) as bookings by device and candidate
+        rows by key digest, newest first."""
         results = self._processors(codes)
-        converted = [CandidateRow(*r) for r in raw] if results is None else [
-            CandidateRow(*(v if p is None or v is None else p(v) for p, v in zip(results, r, strict=True)))
-            for r in raw]
-        booked = int(converted[0].booked or 0)
+        booked: dict[str, int] = {}
         by_key: dict[str, list[CandidateRow]] = {}
-        for row in converted:
-            if row.id is not None:
-                by_key.setdefault(str(row.key_digest), []).append(row)
-        return booked, by_key
+        for r in raw:
+            if results is not None:
+                r = tuple(v if p is None or v is None else p(v) for p, v in zip(results, r, strict=True))
+            if r[0] is not None:
+                booked[r[0]] = int(r[1] or 0)
+            else:
+                by_key.setdefault(r[2], []).append(CandidateRow(*r[2:]))
+        return DecisionRows(booked, by_key)
+
+
+class DecisionRows(NamedTuple):
+    """What one decision read found: bytes booked by device (a device without bookings is absent),
+    and candidate rows by key digest (a digest without candidates is absent)."""
+
+    booked: dict[str, int]
+    rows: dict[str, list[CandidateRow]]
 
 
 def type_codes(cursor: Any) -> tuple[Any, ...]:
@@ -294,26 +324,29 @@ def decision_read(
     One statement is one snapshot of the store on PostgreSQL and SQLite alike, so the bookings and the
     evidence are of the same instant without a transaction around them, and one round trip instead of
     BEGIN, one statement per read and COMMIT. It runs on the connection's driver connection
-    (``DecisionStatement``). Pool each key's rows with ``pool_candidates``."""
-    return read_digests(connection, device_id=device_id, digests=[key_digest(k) for k in keys], booked_at=booked_at,
-                        evidence_at=evidence_at, ttl_s=ttl_s)
+    (``DecisionStatement``; ``read_batch`` for several decisions at once). Pool each key's rows with
+    ``pool_candidates``."""
+    found = read_batch(connection, devices=[device_id], digests=sorted({key_digest(k) for k in keys}),
+                       booked_at=booked_at, evidence_at=evidence_at, ttl_s=ttl_s)
+    return found.booked.get(device_id, 0), found.rows
 
 
-def read_digests(
+def read_batch(
     connection: Session | Connection,
     *,
-    device_id: str,
+    devices: Sequence[str],
     digests: Sequence[str],
     booked_at: datetime,
     evidence_at: datetime,
     ttl_s: float,
-) -> tuple[int, dict[str, list[CandidateRow]]]:
-    """``decision_read`` by the keys' digests (``key_digest``)."""
+) -> DecisionRows:
+    """The decision read of several decisions in one statement: the bookings of ``devices`` and the
+    candidate rows of the key ``digests`` (``key_digest``)."""
     if isinstance(connection, Session):
         connection = connection.connection()
-    statement = DecisionStatement.get(connection.dialect, len(digests))
-    params = statement.parameters(device_id=device_id, digests=digests, booked_at=booked_at,
-                                  evidence_at=evidence_at, ttl_s=ttl_s)
+    statement = DecisionStatement.get(connection.dialect)
+    params = statement.parameters(devices=devices, digests=digests, booked_at=booked_at, evidence_at=evidence_at,
+                                  ttl_s=ttl_s)
     dbapi = connection.connection.dbapi_connection
     assert dbapi is not None
     try:
@@ -341,20 +374,20 @@ def _wrapped(err: Any, connection: Connection, sql: str, params: Any) -> BaseExc
     return wrapped
 
 
-async def decision_read_async(
+async def read_batch_async(
     connection: Any,
     dialect: Dialect,
     *,
-    device_id: str,
+    devices: Sequence[str],
     digests: Sequence[str],
     booked_at: datetime,
     evidence_at: datetime,
     ttl_s: float,
-) -> tuple[int, dict[str, list[CandidateRow]]]:
-    """``decision_read`` on an asynchronous driver connection (psycopg's ``AsyncConnection``), for a
+) -> DecisionRows:
+    """``read_batch`` on an asynchronous driver connection (psycopg's ``AsyncConnection``), for a
     caller on an event loop: the same statement, parameters and conversions, without a thread."""
-    statement = DecisionStatement.get(dialect, len(digests))
-    params = statement.parameters(device_id=device_id, digests=digests, booked_at=booked_at,
-                                  evidence_at=evidence_at, ttl_s=ttl_s)
+    statement = DecisionStatement.get(dialect)
+    params = statement.parameters(devices=devices, digests=digests, booked_at=booked_at, evidence_at=evidence_at,
+                                  ttl_s=ttl_s)
     cursor = await connection.execute(statement.sql, params)
     return statement.rows(await cursor.fetchall(), type_codes(cursor))

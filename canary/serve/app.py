@@ -138,7 +138,8 @@ class Service:
         self.history = AdmissionHistory(self.db, window_s=config.history_window_s)
         self.decisions = anyio.CapacityLimiter(config.decision_threads)  # built in the lifespan: a loop runs
         self.stage1 = Stage1Memo()  # stage 1 by its exact inputs: the same documents arrive again and again
-        self.reads = DecisionReads(engine, connections=config.read_connections, limiter=self.decisions)
+        self.reads = DecisionReads(engine, connections=config.read_connections, limiter=self.decisions,
+                                   in_flight=config.reads_in_flight)
         # Request bodies validated and resolved before, by route (canary.serve.decide)
         self.prepared = {"fit": decide.PreparedBodies(), "admissions": decide.PreparedBodies()}
         # Registry entries are immutable once put (a different document under the same name@version is

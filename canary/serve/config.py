@@ -46,7 +46,11 @@ class ServeConfig(BaseModel):
         "connection pool all at once (which lengthens every one of them, the last most)")
     read_connections: int = Field(
         default=8, ge=1, le=256, description="PostgreSQL connections per worker process for decisions' reads (an "
-        "asynchronous pool on the event loop); a decision that finds them all busy waits for one")
+        "asynchronous pool on the event loop); a read that finds them all busy waits for one")
+    reads_in_flight: int = Field(
+        default=4, ge=1, le=256, description="decision reads one worker process runs at once; decisions that "
+        "arrive while all are in flight share the next read (one statement for all of them, begun after each "
+        "arrived). Fewer: less store and CPU work per decision under load; more: less waiting")
     max_concurrent_probes: int = Field(default=8, ge=1, le=256, description="probes one server process runs at once")
     sim_time_scale: float = Field(
         default=0.0, ge=0.0, le=1.0,

@@ -128,15 +128,15 @@ class PreparedBodies:
         return True
 
 
-async def _read(svc: Any, prepared: Prepared, now: Any) -> tuple[Any, Any]:
-    """Stage 1 and the pooled evidence of ``prepared`` at ``now``, from one read of the store."""
+async def _read(svc: Any, prepared: Prepared) -> tuple[Any, Any, Any]:
+    """Stage 1 and the pooled evidence of ``prepared``, from one read of the store begun after this
+    call (``DecisionReads.read``), and the read's time."""
     req = prepared.request
     with svc.metrics.store_op("decision_read"):
-        booked, rows = await svc.reads.read(device_id=req.device_id, digests=prepared.digests, at=now,
-                                            ttl_s=req.policy.evidence_ttl_s)
-    evidence = evidence_from_rows(req, prepared.keys, rows, at=now, now=now)
-    hard = svc.stage1(req, reserved_bytes_by_others=booked, reservations_source=BOOKED_SOURCE)
-    return hard, evidence
+        read = await svc.reads.read(device_id=req.device_id, digests=prepared.digests, ttl_s=req.policy.evidence_ttl_s)
+    evidence = evidence_from_rows(req, prepared.keys, read.rows, at=read.at, now=read.at)
+    hard = svc.stage1(req, reserved_bytes_by_others=read.booked, reservations_source=BOOKED_SOURCE)
+    return hard, evidence, read.at
 
 
 def _certificate(svc: Any, endpoint: str, cert: Certificate, t0: float) -> Response:
@@ -146,9 +146,8 @@ def _certificate(svc: Any, endpoint: str, cert: Certificate, t0: float) -> Respo
 
 async def fit(svc: Any, prepared: Prepared, t0: float) -> Response:
     """Stage 1 and the evidence, never a probe (``canary fit``): the certificate."""
-    now = utcnow()
-    hard, evidence = await _read(svc, prepared, now)
-    cert = make_certificate(prepared.request, hard, settle(prepared.request, hard, evidence).decision, now)
+    hard, evidence, at = await _read(svc, prepared)
+    cert = make_certificate(prepared.request, hard, settle(prepared.request, hard, evidence).decision, at)
     return _certificate(svc, "fit", cert, t0)
 
 
@@ -156,7 +155,7 @@ async def admission(svc: Any, prepared: Prepared, t0: float) -> Response:
     """Both stages (``canary admit``): the certificate, or 202 and the probe that will settle it."""
     req = prepared.request
     looked_at = utcnow()  # before the evidence is read: a probe of this pair done since then is joined
-    hard, evidence = await _read(svc, prepared, looked_at)
+    hard, evidence, _ = await _read(svc, prepared)
     settled = settle(req, hard, evidence)
     if prepared.probe and settled.probe_keys:
         ticket, joined = await anyio.to_thread.run_sync(

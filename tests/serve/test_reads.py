@@ -26,11 +26,19 @@ from tests.evidence_store.evidence_store_testkit import KEY
 from tests.evidence_store.test_store_repository import LOOKUP_CASES, NOW, OTHER_KEY
 
 DEVICE = "GPU-reads-0"
+OTHER = "GPU-reads-1"
 GIB = 2**30
 
 
+def _reads(engine: Engine, connections: int = 2, *, in_flight: int = 1, **options: Any) -> DecisionReads:
+    return DecisionReads(engine, connections=connections, limiter=anyio.CapacityLimiter(connections),
+                         in_flight=in_flight, clock=lambda: NOW, **options)
+
+
 async def _read(reads: DecisionReads, keys: list[Any], *, ttl_s: float = 86400.0) -> tuple[int, dict[str, Any]]:
-    return await reads.read(device_id=DEVICE, digests=[key_digest(k) for k in keys], at=NOW, ttl_s=ttl_s)
+    read = await reads.read(device_id=DEVICE, digests=[key_digest(k) for k in keys], ttl_s=ttl_s)
+    assert read.at == NOW
+    return read.booked, read.rows
 
 
 def _sync(engine: Engine, keys: list[Any], *, ttl_s: float = 86400.0) -> tuple[int, dict[str, Any]]:
@@ -47,7 +55,7 @@ def test_the_service_reads_what_the_store_reads_for_every_lookup_rule(store_url:
                 lease_s=86400.0, now=NOW - timedelta(minutes=1))
 
     async def main() -> None:
-        reads = DecisionReads(engine, connections=2, limiter=anyio.CapacityLimiter(2))
+        reads = _reads(engine)
         await reads.open()
         try:
             for name, records, options, _, _ in LOOKUP_CASES:
@@ -79,7 +87,7 @@ def test_postgresql_reads_on_the_event_loop_without_a_thread(pg_server: PgServer
         raise AssertionError("the PostgreSQL decision read handed work to a thread")
 
     async def main() -> None:
-        reads = DecisionReads(engine, connections=1, limiter=anyio.CapacityLimiter(1))
+        reads = _reads(engine, 1)
         await reads.open()
         try:
             monkeypatch.setattr(anyio.to_thread, "run_sync", refuse)
@@ -102,7 +110,7 @@ def test_a_connection_the_server_ended_is_replaced(pg_server: PgServer | None) -
     database = engine.url.database
 
     async def main() -> None:
-        reads = DecisionReads(engine, connections=2, limiter=anyio.CapacityLimiter(2))
+        reads = _reads(engine)
         await reads.open()
         try:
             assert await _read(reads, [KEY]) == (0, {})
@@ -137,7 +145,7 @@ def test_a_store_that_does_not_answer_is_a_transient_store_error() -> None:
     engine = make_engine(f"postgresql://postgres@127.0.0.1:{port}/nothing", check_connection=False)
 
     async def main() -> None:
-        reads = DecisionReads(engine, connections=1, limiter=anyio.CapacityLimiter(1), timeout_s=1.0)
+        reads = _reads(engine, 1, timeout_s=1.0)
         await reads.open()
         try:
             with anyio.fail_after(30), pytest.raises(TransientStoreError) as err:
@@ -150,3 +158,188 @@ def test_a_store_that_does_not_answer_is_a_transient_store_error() -> None:
         anyio.run(main)
     finally:
         engine.dispose()
+
+
+# ------------------------------------------------------------------ concurrent decisions share a read
+
+
+def _gated(reads: DecisionReads, monkeypatch: pytest.MonkeyPatch, *, fail: BaseException | None = None) -> dict[
+        str, Any]:
+    """Make each read of ``reads`` run its real statement, then say so and wait at a gate before it
+    returns (or raise ``fail``): the test decides what happens while a read is in flight."""
+    state: dict[str, Any] = {"statements": 0, "gates": []}
+    real = reads._statement
+
+    async def gated(*args: Any) -> Any:
+        result = await real(*args)
+        state["statements"] += 1
+        gate = anyio.Event()
+        state["gates"].append(gate)
+        await gate.wait()
+        if fail is not None:
+            raise fail
+        return result
+
+    monkeypatch.setattr(reads, "_statement", gated)
+    return state
+
+
+async def _until(state: dict[str, Any], statements: int) -> None:
+    with anyio.fail_after(20):
+        while state["statements"] < statements:
+            await anyio.sleep(0.005)
+
+
+def test_concurrent_decisions_share_one_read_begun_after_each_arrived(store_url: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six decisions, the first alone, then five on two devices and two pair keys while it is in
+    flight: two statements; the five share the second, which began after a booking they must see."""
+    engine = make_engine(store_url)
+    with session_scope(engine) as session:
+        record_evidence(session, LOOKUP_CASES[1][1][0])  # one safe record for KEY
+    asks = [(DEVICE, KEY), (DEVICE, KEY), (DEVICE, OTHER_KEY), (OTHER, KEY), (OTHER, OTHER_KEY), (OTHER, KEY)]
+    results: list[Any] = [None] * len(asks)
+
+    async def main() -> None:
+        reads = _reads(engine)
+        await reads.open()
+        state = _gated(reads, monkeypatch)
+        try:
+            async with anyio.create_task_group() as tg:
+                async def one(i: int) -> None:
+                    device, key = asks[i]
+                    results[i] = await reads.read(device_id=device, digests=[key_digest(key)], ttl_s=86400.0)
+
+                tg.start_soon(one, 0)
+                await _until(state, 1)  # the first read is in flight: its snapshot predates what follows
+                with session_scope(engine) as session:  # committed before the next five arrive
+                    for device, gib in ((DEVICE, 5), (OTHER, 7)):
+                        reserve(session, device_id=device, holder="late", memory_bytes=gib * GIB,
+                                capacity_memory_bytes=80 * GIB, lease_s=86400.0, now=NOW - timedelta(minutes=1))
+                for i in range(1, len(asks)):
+                    tg.start_soon(one, i)
+                await anyio.sleep(0.05)
+                assert state["statements"] == 1  # they wait for the read in flight, then share the next
+                state["gates"][0].set()
+                await _until(state, 2)
+                state["gates"][1].set()
+        finally:
+            await reads.close()
+        assert reads.statements == 2 and reads.decisions == len(asks)
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.dispose()
+    assert results[0].booked == 0  # read before the bookings
+    assert len({r.at for r in results[1:]}) == 1 and results[1].at == NOW  # one read for the five…
+    assert [r.booked for r in results[1:]] == [5 * GIB, 5 * GIB, 7 * GIB, 7 * GIB, 7 * GIB]  # …after the bookings
+    for (_, key), r in zip(asks, results, strict=True):  # each gets its own key's rows, and only those
+        assert set(r.rows) == ({key_digest(KEY)} if key == KEY else set())
+    assert [row.id for row in results[1].rows[key_digest(KEY)]] == [row.id for row in results[0].rows[key_digest(KEY)]]
+
+
+def test_a_failed_read_fails_every_decision_that_shared_it(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine(store_url)
+    outcomes: list[Any] = []
+
+    async def main() -> None:
+        reads = _reads(engine)
+        await reads.open()
+        state = _gated(reads, monkeypatch, fail=TransientStoreError("evidence store x is unavailable: test"))
+        try:
+            async with anyio.create_task_group() as tg:
+                async def one() -> None:
+                    try:
+                        await reads.read(device_id=DEVICE, digests=[], ttl_s=86400.0)
+                    except TransientStoreError as err:
+                        outcomes.append(str(err))
+
+                tg.start_soon(one)
+                await _until(state, 1)
+                tg.start_soon(one)  # waits for the first, then its own read, shared with the third
+                tg.start_soon(one)
+                state["gates"][0].set()
+                await _until(state, 2)
+                state["gates"][1].set()
+        finally:
+            await reads.close()
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.dispose()
+    assert outcomes == ["evidence store x is unavailable: test"] * 3
+
+
+def test_a_decision_whose_shared_read_was_cancelled_reads_for_itself(store_url: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine(store_url)
+    got: dict[str, Any] = {}
+
+    async def main() -> None:
+        reads = _reads(engine)
+        await reads.open()
+        state = _gated(reads, monkeypatch)
+        try:
+            async with anyio.create_task_group() as tg:
+                async def one(name: str, scope: anyio.CancelScope | None = None) -> None:
+                    with scope or anyio.CancelScope():
+                        got[name] = await reads.read(device_id=DEVICE, digests=[], ttl_s=86400.0)
+
+                tg.start_soon(one, "first")
+                await _until(state, 1)
+                leader = anyio.CancelScope()
+                tg.start_soon(one, "second", leader)  # will start the next read, after the first
+                await anyio.sleep(0.02)
+                tg.start_soon(one, "third")  # joins the second's read
+                await anyio.sleep(0.02)
+                leader.cancel()  # the second goes away before its read started
+                state["gates"][0].set()
+                await _until(state, 2)  # the third reads for itself
+                state["gates"][1].set()
+        finally:
+            await reads.close()
+        assert state["statements"] == 2
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.dispose()
+    assert "second" not in got and got["third"] is not got["first"]
+
+
+def test_below_the_reads_in_flight_a_decision_reads_at_once(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two reads may run at once: the second decision does not wait for the first's read."""
+    engine = make_engine(store_url)
+    got: list[Any] = []
+
+    async def main() -> None:
+        reads = _reads(engine, in_flight=2)
+        await reads.open()
+        state = _gated(reads, monkeypatch)
+        try:
+            async with anyio.create_task_group() as tg:
+                async def one(device: str) -> None:
+                    got.append(await reads.read(device_id=device, digests=[], ttl_s=86400.0))
+
+                tg.start_soon(one, DEVICE)
+                await _until(state, 1)
+                tg.start_soon(one, OTHER)
+                await _until(state, 2)  # in flight beside the first
+                tg.start_soon(one, DEVICE)  # both slots busy: waits, then reads alone
+                await anyio.sleep(0.05)
+                assert state["statements"] == 2
+                for gate in state["gates"][:2]:
+                    gate.set()
+                await _until(state, 3)
+                state["gates"][2].set()
+        finally:
+            await reads.close()
+        assert reads.statements == 3 and reads.decisions == 3
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.dispose()
+    assert len(got) == 3
