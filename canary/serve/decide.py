@@ -220,6 +220,8 @@ def kept_body(route: str, scope: str, decide: Callable[[Any, Prepared, float], A
         t0 = time.perf_counter()
         svc = request.app.state.service
         await authorize(svc, request.headers, scope)
+        if not _json(request.headers.get("content-type")):
+            return None  # the endpoint refuses it as FastAPI does: its body is not JSON
         prepared = svc.prepared[route].get(await request.body())
         if prepared is None:
             return None
@@ -227,6 +229,15 @@ def kept_body(route: str, scope: str, decide: Callable[[Any, Prepared, float], A
         return await decide(svc, prepared, t0)
 
     return handler
+
+
+def _json(content_type: str | None) -> bool:
+    """A JSON media type, as FastAPI reads a body as JSON: ``application/json`` or ``application/*+json``."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
 async def keep(svc: Any, route: str, request: Request, prepared: Prepared) -> None:

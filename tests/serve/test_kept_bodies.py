@@ -133,6 +133,20 @@ def test_a_kept_body_still_books_memory_every_time(api: Api) -> None:
     assert sorted(r["id"] for r in held if r["active"]) == sorted(booked)
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_kept_bytes_under_another_media_type_are_refused_as_before(api: Api, content_type: str | None) -> None:
+    """The same bytes that are not declared JSON are what FastAPI refuses (422), kept or not."""
+    raw = _raw({"device": snapshot_doc(), "candidate": profile_doc(version=f"ct-{uuid.uuid4().hex[:8]}"),
+                "probe": False, "reserve": False})
+    with api.client("admin") as c:
+        assert c.post("/v1/admissions", content=raw, headers=JSON).status_code == 200
+        assert c.post("/v1/admissions", content=raw, headers={"content-type": "application/json; charset=utf-8"}
+                      ).status_code == 200
+        refused = c.post("/v1/admissions", content=raw, headers={} if content_type is None else
+                         {"content-type": content_type})
+    assert refused.status_code == 422, refused.text
+
+
 def test_a_changed_byte_is_a_new_body_validated_anew(api: Api) -> None:
     good = {"device": snapshot_doc(), "candidate": profile_doc(version=f"byte-{uuid.uuid4().hex[:8]}"),
             "probe": False, "reserve": False}
