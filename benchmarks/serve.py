@@ -140,20 +140,26 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU time (user + system) every PostgreSQL server process on this machine has used so far (0
+def postgres_cpu_seconds() -> dict[int, float]:
+    """CPU time (user + system) each PostgreSQL server process on this machine has used so far (none
     where none can be read): a cached admission's read costs the database's CPU too, and on a small
-    machine that CPU is the server's and the load generator's as well."""
-    total = 0.0
+    machine that CPU is the server's and the load generator's as well. By process, so that one that
+    ends during a series (an idle connection closed, an autovacuum worker) is left out of the
+    difference instead of taking its whole past CPU with it."""
+    found: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue
-        name = text[text.index("(") + 1:text.rindex(")")]
-        if name.startswith("postgres"):
-            total += _cpu_seconds(int(stat.parent.name))
-    return total
+        if text[text.index("(") + 1:text.rindex(")")].startswith("postgres"):
+            found[int(stat.parent.name)] = _cpu_seconds(int(stat.parent.name))
+    return found
+
+
+def spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the processes of ``after`` used since ``before`` (new ones: all of theirs)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def make_store(backend: str, tmp: Path) -> tuple[str, Any]:
@@ -425,9 +431,9 @@ def run_http(backend: str, url: str, tmp: Path, args: argparse.Namespace) -> lis
                      ("admit-ref", "POST", "/v1/admissions", by_ref),
                      ("admit-distinct", "POST", "/v1/admissions", distinct)]
 
-            def measure(server: Server = server) -> tuple[dict[int, float], float, float]:
+            def measure(server: Server = server) -> tuple[dict[int, float], float, dict[int, float]]:
                 return ({pid: _cpu_seconds(pid) for pid in [server.proc.pid, *server._workers()]},
-                        time.process_time(), postgres_cpu_seconds() if backend == "postgresql" else 0.0)
+                        time.process_time(), postgres_cpu_seconds() if backend == "postgresql" else {})
 
             owners = ConnectionOwners(server)
             for clients in args.clients:
@@ -435,12 +441,12 @@ def run_http(backend: str, url: str, tmp: Path, args: argparse.Namespace) -> lis
                                     owners)
                 for (endpoint, *_), (lat, errors, answered, before, after) in zip(loads, runs, strict=True):
                     per = 1000 / max(answered, 1)
-                    spent = {pid: after[0].get(pid, 0.0) - cpu for pid, cpu in before[0].items()}
-                    server_cpu = sum(spent.values())
+                    by_process = {pid: after[0].get(pid, 0.0) - cpu for pid, cpu in before[0].items()}
+                    server_cpu = sum(by_process.values())
                     s = Series(backend, endpoint, clients, served, len(lat), len(lat) / args.seconds,
                                pct(lat, 0.5), pct(lat, 0.99), errors, server_cpu * per, (after[1] - before[1]) * per,
-                               (after[2] - before[2]) * per,
-                               max(spent.values()) / server_cpu if server_cpu > 0 else float("nan"))
+                               spent(before[2], after[2]) * per,
+                               max(by_process.values()) / server_cpu if server_cpu > 0 else float("nan"))
                     out.append(s)
                     print(f"  {backend:10} {endpoint:12} clients {clients:3}  workers {served}  "
                           f"{s.throughput_rps:8.0f} req/s  p50 {s.p50_ms:6.2f} ms  p99 {s.p99_ms:6.2f} ms  "
@@ -695,13 +701,56 @@ def crash(url: str, tmp: Path) -> dict[str, Any]:
             "restart_to_answer_s": round(ready_s, 2), "waiter": waiter}
 
 
+def plot(series: list[dict[str, Any]], path: Path) -> Path | None:
+    """Per backend and worker count: each cached-admission load's throughput as a share of the no-op's
+    (the 25% goal drawn) and its p99/p50 (the goal of 3 drawn), by clients. ``None`` without matplotlib
+    (the ``bench`` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(s["backend"], s["workers"]) for s in series})
+    if not groups:
+        return None
+    fig, axes = plt.subplots(2, len(groups), figsize=(4.2 * len(groups), 6.5), squeeze=False)
+    loads = [e for e in ("admit-value", "admit-ref", "admit-distinct") if any(s["endpoint"] == e for s in series)]
+    for col, (backend, workers) in enumerate(groups):
+        mine = [s for s in series if s["backend"] == backend and s["workers"] == workers]
+        clients = sorted({s["clients"] for s in mine})
+        noop = {s["clients"]: s["throughput_rps"] for s in mine if s["endpoint"] == "noop"}
+        width = 0.8 / max(len(loads), 1)
+        for i, load in enumerate(loads):
+            rows = {s["clients"]: s for s in mine if s["endpoint"] == load}
+            xs = [j + (i - (len(loads) - 1) / 2) * width for j in range(len(clients))]
+            share = [100 * rows[c]["throughput_rps"] / noop[c] if c in rows and noop.get(c) else 0 for c in clients]
+            tail = [rows[c]["p99_ms"] / rows[c]["p50_ms"] if c in rows and rows[c]["p50_ms"] else 0 for c in clients]
+            axes[0][col].bar(xs, share, width, label=load)
+            axes[1][col].bar(xs, tail, width, label=load)
+        for row, (goal, label) in enumerate(((25, "throughput, % of the no-op's"), (3, "p99 / p50"))):
+            ax = axes[row][col]
+            ax.axhline(goal, color="black", linestyle="--", linewidth=1)
+            ax.set_xticks(range(len(clients)), [str(c) for c in clients])
+            ax.set_xlabel("clients")
+            ax.set_ylabel(label)
+        axes[0][col].set_title(f"{backend}, {workers} worker{'s' if workers > 1 else ''}")
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle("Cached admissions against the no-op (dashed: the goals)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--clients", default="1,16,64")
     parser.add_argument("--workers", default="1,2", help="server worker processes to measure (comma-separated)")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per series")
-    parser.add_argument("--breakdown", type=int, default=300, help="cached admissions timed step by step")
+    parser.add_argument("--breakdown", type=int, default=300, help="cached admissions timed step by step (0: none)")
     parser.add_argument("--sim-time-scale", type=float, default=0.01, help="pacing of the storm's simulated probes")
     parser.add_argument("--out", default="bench-out/serve.json")
     args = parser.parse_args(argv)
@@ -720,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
                 report.setdefault("goals", {})[backend] = goals(series)
                 for line in report["goals"][backend]["lines"]:
                     print(f"  {backend:10} {line}", flush=True)
-                report["breakdown_us"][backend] = breakdown(url, args.breakdown)
+                report["breakdown_us"][backend] = breakdown(url, args.breakdown) if args.breakdown > 0 else {}
                 for step, us in report["breakdown_us"][backend].items():
                     print(f"  {backend:10} {step:55} wall {us['wall_us']:8.0f} µs  cpu {us['cpu_us']:8.0f} µs",
                           flush=True)
@@ -734,6 +783,9 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str))
     print(f"wrote {out}")
+    picture = plot(report["series"], out.with_suffix(".png"))
+    if picture is not None:
+        print(f"wrote {picture}")
     return 0
 
 
