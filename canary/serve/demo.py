@@ -75,7 +75,7 @@ def run() -> int:
             time.sleep(0.1)
         body = {"device": load_snapshot(EX / "snapshots" / "g-nccl-mps-room.yaml").model_dump(mode="json"),
                 "candidate": load_profile(EX / "profiles" / "embedding-service.yaml").model_dump(mode="json")}
-        note = " -d @admission.json   # snapshot g + embedding-service, by value"
+        note = " -H 'Content-Type: application/json' -d @admission.json   # snapshot g + embedding-service, by value"
         with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {token}"}) as c:
             first = c.post("/v1/admissions", json=body)
             _show("POST", f"{base}/v1/admissions", first, note)
