@@ -618,7 +618,8 @@ def storm(url: str, tmp: Path, scale: float) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
     cands = [profile | {"version": f"storm-{run}-{i}"} for i in range(10)]
     devices = [snapshot | {"uuid": f"GPU-storm-{run}-{d}"} for d in range(4)]
-    bodies = [{"device": devices[(j // 10) % 4], "candidate": cands[j % 10], "reserve": False} for j in range(200)]
+    bodies: list[dict[str, Any]] = [{"device": devices[(j // 10) % 4], "candidate": cands[j % 10], "reserve": False}
+                                   for j in range(200)]
     server = Server(url, tmp / "storm.log", "--workers", "2", "--sim-time-scale", str(scale))
     answers: list[dict[str, Any]] = [{} for _ in bodies]
     t0 = time.perf_counter()
@@ -737,7 +738,7 @@ def plot(series: list[dict[str, Any]], path: Path) -> Path | None:
             ax.set_ylabel(label)
         axes[0][col].set_title(f"{backend}, {workers} worker{'s' if workers > 1 else ''}")
     axes[0][0].legend(fontsize="small")
-    fig.suptitle("Cached admissions against the no-op (dashed: the goals)")
+    fig.suptitle("Cached admissions against the no-op (dashed: the goals, stated for 16 clients)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
