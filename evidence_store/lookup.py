@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 from canary.errors import InputError
 from evidence_store.keys import PairKey
 from evidence_store.models import Evidence, Reservation
-from evidence_store.pooling import pool
+from evidence_store.pooling import Record, pool
 from evidence_store.schemas import LookupResult, to_utc
 
 _LOOKUP_COLUMNS = (
@@ -119,42 +120,23 @@ def pool_candidates(
 ) -> LookupResult:
     """One key's candidate rows (as ``lookup`` or ``decision_read`` selected them) pooled into one answer.
 
-    Pooling is a pure function of the rows' values; ``decision_read``'s rows are values (``CandidateRow``,
-    hashable), so their answer is kept by them: a cached admission asks about the same few rows again
-    and again, and every change in the store — a new record, a revocation, an expiry — changes the rows
-    the read returns, and so the key."""
+    Pooling is a pure function of the rows' values; ``decision_read``'s rows are values (``pooling.Record``,
+    frozen and hashable), so their answer is kept by them: a cached admission asks about the same few rows
+    again and again, and every change in the store — a new record, a revocation, an expiry — changes the
+    rows the read returns, and so the key."""
     _check_pooling(ttl_s, cross_driver_confidence_factor)
-    if rows and all(type(r) is CandidateRow for r in rows):
+    if rows and all(type(r) is Record for r in rows):
         return _pooled(tuple(rows), ttl_s, driver_version, allow_cross_driver, cross_driver_confidence_factor)
-    return _pool_rows(rows, ttl_s=ttl_s, driver_version=driver_version, allow_cross_driver=allow_cross_driver,
-                      cross_driver_confidence_factor=cross_driver_confidence_factor)
+    return _pooled.__wrapped__(rows, ttl_s, driver_version, allow_cross_driver, cross_driver_confidence_factor)
 
 
 @lru_cache(maxsize=4096)
-def _pooled(rows: tuple[CandidateRow, ...], ttl_s: float, driver_version: str | None, allow_cross_driver: bool,
+def _pooled(rows: Sequence[Any], ttl_s: float, driver_version: str | None, allow_cross_driver: bool,
             cross_driver_confidence_factor: float) -> LookupResult:
-    return _pool_rows(rows, ttl_s=ttl_s, driver_version=driver_version, allow_cross_driver=allow_cross_driver,
-                      cross_driver_confidence_factor=cross_driver_confidence_factor)
-
-
-def _pool_rows(
-    rows: Sequence[Any],
-    *,
-    ttl_s: float,
-    driver_version: str | None,
-    allow_cross_driver: bool,
-    cross_driver_confidence_factor: float,
-) -> LookupResult:
     if not rows:
-        return LookupResult(
-            outcome=None, reason=f"no current evidence within the last {ttl_s:g} s for this pair"
-        )
-    return pool(
-        rows,
-        driver_version=driver_version,
-        allow_cross_driver=allow_cross_driver,
-        cross_driver_confidence_factor=cross_driver_confidence_factor,
-    )
+        return LookupResult(outcome=None, reason=f"no current evidence within the last {ttl_s:g} s for this pair")
+    return pool(rows, driver_version=driver_version, allow_cross_driver=allow_cross_driver,
+                cross_driver_confidence_factor=cross_driver_confidence_factor)
 
 
 # One statement for everything decisions read: the memory booked on each of their devices, and the
@@ -171,22 +153,6 @@ def _pool_rows(
 
 #: Most devices, and most key digests, one statement reads.
 MAX_BATCH = 512
-
-
-class CandidateRow(NamedTuple):
-    """One candidate evidence record of the decision read (the columns pooling reads)."""
-
-    key_digest: str
-    id: str
-    driver_version: str | None
-    source: str
-    outcome: str
-    resident_slowdown_pct: float | None
-    resident_slowdown_low_pct: float | None
-    resident_slowdown_high_pct: float | None
-    samples: int
-    confidence: float | None
-    created_at: datetime
 
 
 def _member(column: Any, name: str, dialect: Dialect) -> Any:
@@ -221,7 +187,8 @@ def _decision_statement(dialect: Dialect) -> Select[*tuple[Any, ...]]:
     )
     both = union_all(bookings, candidates).subquery("decision")
     statement = select(*both.c).order_by(both.c.key_digest, both.c.created_at.desc(), both.c.id.desc())
-    assert tuple(c.name for c in statement.selected_columns) == ("device_id", "booked", *CandidateRow._fields)
+    assert tuple(c.name for c in statement.selected_columns) == (
+        "device_id", "booked", "key_digest", *(f.name for f in fields(Record)))
     return statement
 
 
@@ -279,14 +246,14 @@ class DecisionStatement:
         rows by key digest, newest first."""
         results = self._processors(codes)
         booked: dict[str, int] = {}
-        by_key: dict[str, list[CandidateRow]] = {}
+        by_key: dict[str, list[Record]] = {}
         for r in raw:
             if results is not None:
                 r = tuple(v if p is None or v is None else p(v) for p, v in zip(results, r, strict=True))
             if r[0] is not None:
                 booked[r[0]] = int(r[1] or 0)
             else:
-                by_key.setdefault(r[2], []).append(CandidateRow(*r[2:]))
+                by_key.setdefault(r[2], []).append(Record(*r[3:]))
         return DecisionRows(booked, by_key)
 
 
@@ -295,7 +262,7 @@ class DecisionRows(NamedTuple):
     and candidate rows by key digest (a digest without candidates is absent)."""
 
     booked: dict[str, int]
-    rows: dict[str, list[CandidateRow]]
+    rows: dict[str, list[Record]]
 
 
 def type_codes(cursor: Any) -> tuple[Any, ...]:
@@ -316,7 +283,7 @@ def decision_read(
     booked_at: datetime,
     evidence_at: datetime,
     ttl_s: float,
-) -> tuple[int, dict[str, list[CandidateRow]]]:
+) -> tuple[int, dict[str, list[Record]]]:
     """What one admission reads, in one statement: the memory booked on ``device_id`` at ``booked_at``
     (``reservations.reserved_bytes``'s sum) and, for each of ``keys``, its candidate evidence rows at
     ``evidence_at`` (``lookup``'s selection: current, unexpired, within ``ttl_s``), by key digest.
