@@ -142,7 +142,8 @@ def is_transient(error: BaseException) -> bool:
     return any(fragment in message for fragment in _TRANSIENT_MESSAGES)
 
 
-def _short(error: BaseException) -> str:
+def short_error(error: BaseException) -> str:
+    """The first line of what a store error (or the driver error inside it) says."""
     orig = error.orig if isinstance(error, exc.DBAPIError) else error
     first = str(orig).strip().splitlines()
     return first[0] if first else type(orig).__name__
@@ -152,10 +153,10 @@ def translate(error: exc.SQLAlchemyError, url: str | URL) -> Exception:
     """A SQLAlchemy error as the project error a caller can act on."""
     where = redact(url)
     if isinstance(error, exc.IntegrityError):
-        return InputError(f"the evidence store at {where} refused the write: {_short(error)}")
+        return InputError(f"the evidence store at {where} refused the write: {short_error(error)}")
     if is_transient(error):
-        return TransientStoreError(f"evidence store {where} is unavailable: {_short(error)}")
-    return StoreUnavailable(f"evidence store {where} failed: {_short(error)}")
+        return TransientStoreError(f"evidence store {where} is unavailable: {short_error(error)}")
+    return StoreUnavailable(f"evidence store {where} failed: {short_error(error)}")
 
 
 def _install_sqlite_hooks(engine: Engine, *, busy_timeout_s: float, foreign_keys: bool) -> None:

@@ -90,10 +90,10 @@ def _pinned(value: Any, *, device: bool = False) -> bool:
 def prepare(svc: Any, body: Any, *, probe: bool, reserve: bool, extra: dict[str, Any] | None = None) -> Prepared:
     """Resolve a validated body (blocking: registry reads) into what its decisions need."""
     from canary.serve.fleet import history_row
+    from evidence_store.lookup import key_digest
 
     resolved = svc.resolve(body, extra=extra)
     keys = request_keys(resolved.request)
-    from evidence_store.lookup import key_digest
 
     kept = (_pinned(body.device, device=True) and _pinned(body.candidate)
             and all(_pinned(r) for r in body.residents))

@@ -171,6 +171,7 @@ class DecisionReads:
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        from evidence_store.engine import short_error
         from evidence_store.lookup import read_batch_async
 
         pool = self._pool
@@ -194,22 +195,17 @@ class DecisionReads:
                 await pool.check()
                 return await once()
         except PoolTimeout as err:
-            raise self._unavailable(f"no connection within {self._timeout_s:g} s ({_first_line(err)})") from err
+            raise self._unavailable(f"no connection within {self._timeout_s:g} s ({short_error(err)})") from err
         except psycopg.OperationalError as err:
-            raise self._unavailable(_first_line(err)) from err
+            raise self._unavailable(short_error(err)) from err
         except psycopg.Error as err:
             from canary.errors import StoreUnavailable
             from evidence_store.engine import redact
 
-            raise StoreUnavailable(f"evidence store {redact(self.engine.url)} failed: {_first_line(err)}") from err
+            raise StoreUnavailable(f"evidence store {redact(self.engine.url)} failed: {short_error(err)}") from err
 
     def _unavailable(self, why: str) -> Exception:
         from evidence_store.engine import redact
         from evidence_store.errors import TransientStoreError
 
         return TransientStoreError(f"evidence store {redact(self.engine.url)} is unavailable: {why}")
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
