@@ -25,7 +25,13 @@ from canary.admission.decisions import (
     settle,
 )
 from canary.admission.request import Request
-from canary.admission.store import EvidenceAccess, feedback_evidence, open_store_for_writing, probe_evidence
+from canary.admission.store import (
+    EvidenceAccess,
+    feedback_evidence,
+    history_entry,
+    open_store_for_writing,
+    probe_evidence,
+)
 from canary.certificate import Certificate, HardFit, ReservationRef
 from canary.errors import InputError
 from canary.profile import WorkloadProfile
@@ -131,6 +137,7 @@ async def admit_async(
     monitor_wrapper: MonitorWrapper | None = None,
     evidence_as_of: dt.datetime | None = None,
     stage1: Stage1 = hard_fit,
+    log_history: bool = False,
 ) -> Certificate:
     """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
     reservation and certificate committed together (or nothing). ``now`` is a clock function.
@@ -140,7 +147,9 @@ async def admit_async(
     ``monitor_wrapper`` lets a caller wrap each probe's monitor, e.g. the service pacing simulated
     windows in wall time. ``evidence_as_of`` (a time
     after now): evidence that expires before it counts as missing, so its pair is probed (the nightly
-    warm job's "fresh until"); default: as of now. ``stage1``: ``hard_fit``, or a ``Stage1Memo``."""
+    warm job's "fresh until"); default: as of now. ``stage1``: ``hard_fit``, or a ``Stage1Memo``.
+    ``log_history``: also record the admission in the admission history (``canary admit``; the service
+    logs its own in batches), in the same transaction as its other writes."""
     clock = now or utcnow
     if probe:  # where a probe may connect and what it may run: checked before the store is touched
         from canary.probe.factory import check_request
@@ -168,11 +177,12 @@ async def admit_async(
                                           monitor_wrapper=monitor_wrapper))
         cached = [e for e in evidence if e.outcome is not None]
         decision = probe_decision(req, runs, cached)
-    return record_admission(req, hard, decision, runs, engine=engine, reserve=reserve, finished=clock())
+    return record_admission(req, hard, decision, runs, engine=engine, reserve=reserve, finished=clock(),
+                            log_history=log_history)
 
 
 def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list[ProbeRun], *, engine: Engine,
-                     reserve: bool, finished: dt.datetime) -> Certificate:
+                     reserve: bool, finished: dt.datetime, log_history: bool = False) -> Certificate:
     """The certificate of ``decision``, issued at ``finished``, with what it writes committed together:
     the probes' evidence, the booking (an ``admit`` with ``reserve``) and the certificate itself (with
     ``reserve``). Without probes and without ``reserve`` there is nothing to write, and no transaction."""
@@ -182,7 +192,7 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
     from evidence_store.evidence import record_evidence
     from evidence_store.reservations import reserve as book
 
-    if not runs and not reserve:  # nothing to record, book or store: no write transaction at all
+    if not runs and not reserve and not log_history:  # nothing to write: no write transaction at all
         return make_certificate(req, hard, decision, finished)
     with session_scope(engine) as session:
         recorded_ids: list[str] = []
@@ -211,6 +221,11 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
         if reserve:
             record_certificate(session, json.loads(cert.to_json()),
                                           [i for e in decision.evidence for i in e.ids])
+        entry = history_entry(req, cert.verdict, finished) if log_history else None
+        if entry is not None:
+            from evidence_store.fleet import log_admissions
+
+            log_admissions(session, [entry])
     return cert
 
 
@@ -303,6 +318,7 @@ def admit(
     engine: Engine | None = None,
     monitor_wrapper: MonitorWrapper | None = None,
     evidence_as_of: dt.datetime | None = None,
+    log_history: bool = False,
 ) -> Certificate:
     """``admit_async`` from synchronous code."""
     import anyio
@@ -310,7 +326,7 @@ def admit(
     async def _go() -> Certificate:
         return await admit_async(req, db_url=db_url, probe=probe, progress=progress, announce=announce, seed=seed,
                                  now=now, reserve=reserve, engine=engine, monitor_wrapper=monitor_wrapper,
-                                 evidence_as_of=evidence_as_of)
+                                 evidence_as_of=evidence_as_of, log_history=log_history)
 
     return anyio.run(_go)
 

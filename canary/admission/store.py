@@ -308,3 +308,28 @@ def feedback_evidence(
         samples=0, exposure_used=0, time_used_s=0.0, confidence=None, created_at=now,
         expires_at=now + dt.timedelta(seconds=req.policy.evidence_ttl_s),
     )
+
+
+def history_entry(req: Request, verdict: str, now: dt.datetime) -> dict[str, Any] | None:
+    """The admission-history row of a CLI admission (``evidence_store.fleet.log_admission``'s
+    arguments, the same row the service writes), so ``canary warm --from-history`` sees admissions made
+    with ``canary admit`` too; ``None`` when there is no pair to warm (an idle device, unprofiled
+    residents). The request is kept by value, as the service keeps it."""
+    from evidence_store import probe_queue
+    from evidence_store.lookup import key_digest
+
+    keyed = [k for k in (pair_key(req, r) for r in req.snapshot.residents) if k is not None]
+    if not keyed:
+        return None
+    residents = "+".join(r.name for r in req.snapshot.residents)
+    given = req.regime_chosen_by.startswith("given")
+    return {"pair_digest": probe_queue.pair_digest(keyed), "key_digests": [key_digest(k) for k in keyed],
+            "device_type": req.spec.name, "device_id": req.device_id,
+            "label": f"{req.candidate.name}@{req.candidate.version} beside {residents} on {req.spec.name} "
+                     f"({req.regime})",
+            "verdict": verdict, "now": now,
+            "request_json": {
+                "device": {"kind": req.device.kind, "ref": req.device.ref,
+                           "snapshot": req.snapshot.model_dump(mode="json")},
+                "candidate": req.candidate.model_dump(mode="json"), "residents": [],
+                "regime": str(req.regime) if given else None, "policy": req.policy.name}}

@@ -96,7 +96,7 @@ def run_admit(args: argparse.Namespace) -> int:
                        regime=args.regime, policy_ref=args.policy)
     progress = None if args.quiet else Progress(sys.stderr)
     cert = admit(req, db_url=args.db, probe=not args.no_probe, progress=progress,
-                 announce=lambda m: sys.stderr.write(f"canary: {m}\n"), seed=args.seed)
+                 announce=lambda m: sys.stderr.write(f"canary: {m}\n"), seed=args.seed, log_history=True)
     if progress is not None:
         progress.done()
     if args.json:
