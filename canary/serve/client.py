@@ -2,7 +2,8 @@
 
 Files named on the command line are read here, on the caller's machine, and sent by value (a snapshot
 file with its residents' profiles, a live device read locally); a ``name@version`` that is not a file
-is sent as a registry reference. A 202 is followed by long-polling ``/v1/probes/{id}`` until the probe
+is sent as a registry reference, and an ``agent:NODE/NAME`` device as the name of what that node's
+agent publishes to the service's store (only the server can read it). A 202 is followed by long-polling ``/v1/probes/{id}`` until the probe
 is final. HTTP errors become the CLI's exit codes: 422 → 2 (bad input), 401/403 → 2 (the token),
 anything else or no answer → 4.
 """
@@ -20,6 +21,7 @@ from canary.certificate import Certificate
 from canary.errors import InputError, OperationalError
 
 POLL_WAIT = "30s"
+AGENT_PREFIX = "agent:"
 
 
 def _profile_arg(ref: str) -> Any:
@@ -33,7 +35,7 @@ def _profile_arg(ref: str) -> Any:
 def _device_arg(ref: str) -> Any:
     from canary.backends import resolve_device
 
-    if "@" in ref and not Path(ref).exists():
+    if ("@" in ref or ref.startswith(AGENT_PREFIX)) and not Path(ref).exists():
         return ref
     device = resolve_device(ref)
     if device.kind == "catalog":
