@@ -15,18 +15,23 @@ def add_parser(sub: Any) -> None:
     warm.add_argument("plan", metavar="PLAN", nargs="?", help="warm plan (YAML), see docs/jobs.md")
     warm.add_argument("--from-history", action="store_true", help="build the plan from the admissions actually "
                       "requested (and evidence about to expire) instead of a file; see docs/operations.md")
-    warm.add_argument("--since", default="7d", help="--from-history: admission history window (default 7d)")
-    warm.add_argument("--expiring-within", help="--from-history: also pairs whose evidence expires within this (24h)")
-    warm.add_argument("--top", type=int, default=50, help="--from-history: at most N requested (and N expiring) pairs")
-    warm.add_argument("--budget-s", type=float, help="override the plan's global time budget")
-    warm.add_argument("--concurrency", type=int, help="override the plan's probes-at-once")
-    warm.add_argument("--seed", type=int, default=0, help="seed of simulated devices")
+    warm.add_argument("--since", help=f"--from-history only: admission history window (default {SINCE_DEFAULT})")
+    warm.add_argument("--expiring-within", help="--from-history only: also pairs whose evidence expires within "
+                      "this duration, e.g. 24h (default: none)")
+    warm.add_argument("--top", type=int, help="--from-history only: at most N requested (and N expiring) pairs "
+                      f"(default {TOP_DEFAULT})")
+    warm.add_argument("--budget-s", type=float, help="override the plan's global time budget in seconds (default: "
+                      "the plan's budget_s; 3600 with --from-history)")
+    warm.add_argument("--concurrency", type=int, help="override the plan's probes-at-once (default: the plan's "
+                      "concurrency); not with --from-history")
+    warm.add_argument("--seed", type=int, default=0, help="seed of simulated devices (default: %(default)s)")
     warm.add_argument("--fleet", action="store_true",
                       help="share the run with other nodes through the store (SELECT … FOR UPDATE SKIP LOCKED): "
-                      "each pair is probed once per run")
-    warm.add_argument("--run-id", help="fleet run id, the same on every node (default: plan name, UTC date and "
-                      "the plan file's digest)")
-    warm.add_argument("--json", action="store_true")
+                      "each pair is probed once per run; not with --from-history")
+    warm.add_argument("--run-id", help="with --fleet: the run id, the same on every node (default: plan name, UTC "
+                      "date and the plan file's digest); with --from-history: the stored plan's id (default: "
+                      "history@TIME#RANDOM)")
+    warm.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     warm.set_defaults(handler=run_warm)
 
     rv = sub.add_parser("revalidate", help="after a driver upgrade: mark old evidence stale, re-probe, report drift",
@@ -45,10 +50,16 @@ def add_parser(sub: Any) -> None:
     rc.set_defaults(handler=run_recover)
 
 
+SINCE_DEFAULT = "7d"
+TOP_DEFAULT = 50
+
+
 def _progress(outcome: Any, total: int) -> None:
     extra = ""
     if outcome.slowdown_pct is not None:
         extra = f" ({outcome.outcome}, resident slowdown {outcome.slowdown_pct:+.1f}%)"
+    elif outcome.status == "error":
+        extra = f": {outcome.detail}"
     sys.stderr.write(f"[{outcome.index + 1}/{total}] {outcome.status:<14} {outcome.label}{extra}\n")
 
 
@@ -69,10 +80,53 @@ def _print_report(report: Any, *, drift: bool) -> None:
     if drift:
         headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
     sys.stdout.write(table(headers, rows) + "\n")
+    for p in report.pairs:  # why a pair failed, or what an earlier node of the run recorded
+        if p.status in ("error", "done-in-run", "failed-in-run"):
+            sys.stdout.write(f"{p.index + 1}: {p.status}: {p.detail}\n")
     counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "queued", "fresh", "does-not-fit", "unknown-fit",
-                                                           "skipped-budget", "error") if report.count(s))
+                                                           "done-in-run", "failed-in-run", "skipped-budget", "error")
+                       if report.count(s)) or "no pairs"
     sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"
                      + (f"; {report.stale_marked} record(s) marked stale" if drift else "") + "\n")
+
+
+def _exit_code(report: Any) -> int:
+    """4 when a pair failed operationally (the others still ran); 3 when the budget ran out before some
+    pairs (their evidence is still missing: the job did not do what it was asked, yet nothing failed —
+    run it again to resume); else 0. The skipped pairs are named on stderr."""
+    if report.count("error"):
+        return 4
+    skipped = report.count("skipped-budget")
+    if skipped:
+        total = len(report.pairs)
+        what = (f"was too small to probe any of the {total} pair(s)" if skipped == total
+                else f"ran out before {skipped} of {total} pair(s)")
+        sys.stderr.write(f"canary: the time budget of {report.budget_s:g} s {what}: their evidence is still "
+                         "missing; run the job again to resume, or give a larger --budget-s\n")
+        return 3
+    return 0
+
+
+def _check_warm_options(args: argparse.Namespace) -> None:
+    """Refuse options that contradict each other or mean nothing in this form of ``canary warm``."""
+    from canary.errors import UsageError
+
+    if args.from_history:
+        if args.plan:
+            raise UsageError(f"a plan file ({args.plan}) and --from-history are two different plans: give one",
+                             field="--from-history")
+        for given, option in ((args.fleet, "--fleet"), (args.concurrency is not None, "--concurrency")):
+            if given:
+                raise UsageError("is not used with --from-history (its pairs run one at a time here, or on "
+                                 "their device's agent)", field=option)
+        return
+    for value, option in ((args.since, "--since"), (args.expiring_within, "--expiring-within"),
+                          (args.top, "--top")):
+        if value is not None:
+            raise UsageError("only means something with --from-history (a plan file lists its pairs itself)",
+                             field=option)
+    if args.run_id is not None and not args.fleet:
+        raise UsageError("names a fleet run: give it with --fleet (or --from-history)", field="--run-id")
 
 
 def _as_json(report: Any) -> str:
@@ -87,6 +141,7 @@ def run_warm(args: argparse.Namespace) -> int:
     from canary.jobs.plan import load_plan
     from canary.jobs.warm import warm_async
 
+    _check_warm_options(args)
     if args.from_history:
         return run_warm_history(args)
     if not args.plan:
@@ -117,13 +172,15 @@ def run_warm(args: argparse.Namespace) -> int:
     sys.stdout.write(_as_json(report) + "\n") if args.json else _print_report(report, drift=False)
     if report.queue is not None and not args.json:
         sys.stdout.write("fleet run: " + ", ".join(f"{k} {v}" for k, v in sorted(report.queue.items())) + "\n")
-    return 4 if report.count("error") else 0
+    return _exit_code(report)
 
 
 def check_plan(plan: Any, plan_file: str) -> None:
     """Load every pair of the plan (device, profiles, policy) so a bad file is exit 2 before anything is
-    written; the message names the pair."""
-    from canary.errors import InputError
+    written; the message names the pair. A device that cannot be reached now (``nvml:0`` on a node
+    without its GPU) is not bad input: that pair is reported as ``error`` with the reason when the job
+    reaches it, and the job goes on with the others (exit 4 at the end)."""
+    from canary.errors import InputError, OperationalError
     from canary.jobs.warm import load_pair
 
     for index, pair in enumerate(plan.pairs):
@@ -131,6 +188,8 @@ def check_plan(plan: Any, plan_file: str) -> None:
             load_pair(pair, check_probe=True)
         except InputError as exc:
             raise InputError(f"pair {index + 1}: {exc}", file=plan_file) from None
+        except OperationalError:
+            continue
 
 
 def _default_run_id(plan_path: str, name: str) -> str:
@@ -176,7 +235,7 @@ def run_revalidate(args: argparse.Namespace) -> int:
     report.stale_marked = stale
     attach_old_evidence(report, plan, args.db, args.driver)
     sys.stdout.write(_as_json(report) + "\n") if args.json else _print_report(report, drift=True)
-    return 4 if report.count("error") else 0
+    return _exit_code(report)
 
 
 def run_recover(args: argparse.Namespace) -> int:
@@ -211,7 +270,9 @@ def run_warm_history(args: argparse.Namespace) -> int:
     from canary.tables import table
     from evidence_store.engine import session_scope
 
-    since_s = parse_duration(args.since, "--since")
+    since = args.since if args.since is not None else SINCE_DEFAULT
+    top = args.top if args.top is not None else TOP_DEFAULT
+    since_s = parse_duration(since, "--since")
     within_s = None if args.expiring_within is None else parse_duration(args.expiring_within, "--expiring-within")
     budget_s = args.budget_s if args.budget_s is not None else 3600.0
     if not budget_s > 0:
@@ -219,20 +280,24 @@ def run_warm_history(args: argparse.Namespace) -> int:
     engine = open_store_for_writing(args.db)
     now = utcnow()
     with session_scope(engine, read_only=True) as session:
-        plan = build_plan(session, now=now, since_s=since_s, expiring_within_s=within_s, top=args.top)
+        plan = build_plan(session, now=now, since_s=since_s, expiring_within_s=within_s, top=top)
     run_id = args.run_id or default_run_id(now)
-    params = {"since": args.since, "since_s": since_s, "expiring_within": args.expiring_within, "top": args.top,
+    params = {"since": since, "since_s": since_s, "expiring_within": args.expiring_within, "top": top,
               "budget_s": budget_s, "built_at": now.isoformat()}
     if not args.json:
-        sys.stdout.write(f"plan {run_id} (from history since {args.since}"
+        sys.stdout.write(f"plan {run_id} (from history since {since}"
                          + (f", evidence expiring within {args.expiring_within}" if args.expiring_within else "")
-                         + f", top {args.top}): {len(plan)} pair(s)\n")
+                         + f", top {top}): {len(plan)} pair(s)\n")
         sys.stdout.write(table(["#", "reason", "requests", "last requested", "pair"], [
             [str(i + 1), e.reason, str(e.requests), f"{e.last_requested_at:%Y-%m-%d %H:%M}", e.label]
             for i, e in enumerate(plan)]) + "\n")
     if not plan:
         if args.json:
             sys.stdout.write(json.dumps({"run_id": run_id, "plan": [], "pairs": []}) + "\n")
+        else:
+            sys.stdout.write(f"no admissions recorded since {since} (canary admit and canary serve record them)"
+                             + (" and no evidence expiring within " + args.expiring_within
+                                if args.expiring_within else "") + ": nothing to warm\n")
         return 0
 
     # evidence that expires inside the window is not fresh for this run: its pairs are probed again
@@ -248,4 +313,4 @@ def run_warm_history(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({**doc, "run_id": run_id, "plan": [e.summary() for e in plan]}, indent=2) + "\n")
     else:
         _print_report(report, drift=False)
-    return 4 if report.count("error") else 0
+    return _exit_code(report)

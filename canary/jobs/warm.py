@@ -24,7 +24,8 @@ from canary.errors import CanaryError
 from canary.jobs.plan import PlannedPair, WarmPlan
 
 PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error",
-                     "queued"]  # queued: handed to the node agent that owns the device (warm --from-history)
+                     "queued",  # handed to the node agent that owns the device (warm --from-history)
+                     "done-in-run", "failed-in-run"]  # fleet: finished earlier in the run (another node or run)
 
 
 @dataclass(frozen=True)
@@ -169,11 +170,36 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
         async with anyio.create_task_group() as tg:
             for n in range(plan.concurrency):
                 tg.start_soon(worker, n)
-    report.pairs = sorted(results, key=lambda o: o.index)
-    report.wall_s = time.monotonic() - started
     with session_scope(engine, read_only=True) as session:
         report.queue = warm_queue.run_status(session, run_id)
+        earlier = _finished_earlier(session, run_id, {o.index for o in results})
+    report.pairs = sorted(results + earlier, key=lambda o: o.index)
+    report.wall_s = time.monotonic() - started
     return report
+
+
+def _finished_earlier(session: Any, run_id: str, ran_here: set[int]) -> list[PairOutcome]:
+    """The run's pairs another node (or an earlier start of this job) already finished: what they
+    recorded, so a node that finds nothing left to claim still shows what the run did."""
+    from sqlalchemy import select
+
+    from evidence_store.models import WarmQueue
+
+    rows = session.scalars(select(WarmQueue).where(WarmQueue.run_id == run_id, WarmQueue.state.in_(("done", "failed")))
+                           .order_by(WarmQueue.position))
+    out = []
+    for row in rows:
+        if row.position in ran_here:
+            continue
+        result = dict(row.result_json or {})
+        status: PairStatus = "done-in-run" if row.state == "done" else "failed-in-run"
+        slowdown = result.get("slowdown_pct")
+        out.append(PairOutcome(
+            row.position, str(result.get("label") or f"queue item {row.id}"), status,
+            f"{result.get('status', row.state)} by {row.owner} at {row.updated_at:%Y-%m-%d %H:%M:%S}Z in run {run_id}"
+            + (f": {result['detail']}" if result.get("detail") else ""),
+            outcome=result.get("outcome"), slowdown_pct=slowdown if isinstance(slowdown, int | float) else None))
+    return out
 
 
 def _utcnow() -> dt.datetime:

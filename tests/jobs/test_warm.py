@@ -30,7 +30,7 @@ def test_warm_probes_then_resumes_from_fresh_evidence(tmp_path: Path) -> None:
 
 def test_warm_budget_exhaustion_skips_instead_of_overrunning(tmp_path: Path) -> None:
     proc = _run(tmp_path, "warm", PLAN, "--budget-s", "0.001", "--json")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr  # pairs left without evidence: not success (docs/jobs.md)
     report = json.loads(proc.stdout)
     assert any(p["status"] == "skipped-budget" for p in report["pairs"])
 
