@@ -46,6 +46,36 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: PROBLEM, 403: PROBLEM, 413: PROBLEM, 422: PROBLEM, 503: PROBLEM}
 
 
+#: The core names some inputs as the CLI does; over HTTP they are these body fields.
+_CLI_FIELDS = {"--regime": "regime", "--policy": "policy", "--resident-name": "resident_name", "DEVICE": "device",
+               "PROFILE": "candidate"}
+#: Where a document in the body is validated (``file=`` of its InputError): the fields inside are below it.
+_BODY_DOCUMENTS = re.compile(r"(candidate|device|document|residents\[\d+\])")
+_QUERY_FIELDS = frozenset({"wait"})
+
+
+def request_field(loc: tuple[Any, ...]) -> str:
+    """A validation location as a path in the request: ``body.residents[0].memory``, ``query.wait``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def input_error_detail(exc: InputError) -> str:
+    """The 422 detail of an ``InputError``: the field as a path in the request (``body.regime``,
+    ``body.candidate.memory``), never a CLI option; a document from the registry keeps its own name."""
+    field = _CLI_FIELDS.get(exc.field, exc.field) if exc.field else None
+    if exc.file is not None and _BODY_DOCUMENTS.fullmatch(exc.file):
+        base = f"body.{exc.file}"
+        # validation_to_input_error lists further fields of the same document as "also field 'F'"
+        problem = exc.problem.replace("\n  also field '", f"\n  also field '{base}.")
+        return f"field '{base}.{field}': {problem}" if field else f"field '{base}': {problem}"
+    if exc.file is not None or field is None:
+        return str(exc)
+    return f"field '{'query' if field in _QUERY_FIELDS else 'body'}.{field}': {exc.problem}"
+
+
 class BodyLimit:
     """Refuse bodies over the limit (413) before they are read whole: by Content-Length when given,
     else by counting the chunks as they arrive."""
@@ -296,14 +326,16 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
 
     @app.exception_handler(InputError)
     async def _input_error(request: Request, exc: InputError) -> Response:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        return JSONResponse({"detail": input_error_detail(exc)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return JSONResponse({"detail": f"field '{where}': {first.get('msg')}" if where else str(first.get("msg"))},
-                            status_code=422)
+        first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
+        where, msg = request_field(tuple(first.get("loc", ()))), str(first.get("msg"))
+        if first.get("type") == "json_invalid":  # loc holds a character position, not a field
+            ctx: dict[str, Any] = dict(first.get("ctx") or {})
+            where, msg = "body", f"not valid JSON: {ctx.get('error', msg)}"
+        return JSONResponse({"detail": f"field '{where}': {msg}"}, status_code=422)
 
     @app.exception_handler(CanaryError)
     async def _canary_error(request: Request, exc: CanaryError) -> Response:
