@@ -333,8 +333,8 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
         where, msg = request_field(tuple(first.get("loc", ()))), str(first.get("msg"))
         if first.get("type") == "json_invalid":  # loc holds a character position, not a field
-            ctx: dict[str, Any] = dict(first.get("ctx") or {})
-            where, msg = "body", f"not valid JSON: {ctx.get('error', msg)}"
+            ctx = first.get("ctx")
+            where, msg = "body", f"not valid JSON: {ctx.get('error', msg) if isinstance(ctx, dict) else msg}"
         return JSONResponse({"detail": f"field '{where}': {msg}"}, status_code=422)
 
     @app.exception_handler(CanaryError)
