@@ -30,7 +30,7 @@ from fastapi import Depends, FastAPI, Request
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from canary.certificate import Certificate
-from canary.errors import CanaryError
+from canary.errors import CanaryError, InputError
 from canary.regime import parse_regime
 
 MAX_EXTENDER_PRIORITY = 10
@@ -109,7 +109,19 @@ def _snapshot_file(path: str, mtime_ns: int) -> Any:
     return resolve_device(path)
 
 
-def node_devices(svc: Any, node: str, policy: Any = None) -> list[Any]:
+@dataclass(frozen=True)
+class NodeDevice:
+    """One of a node's devices as the extender names it: ``label`` is ``NODE/NAME`` (the name its node
+    agent publishes, or ``gpuN`` for a configured device: the snapshot's index, else its place in the
+    node's list) — never the snapshot file or registry entry it was read from, which are the server's
+    business and would otherwise reach the scheduler's events. ``error`` when it could not be read."""
+
+    label: str
+    device: Any = None
+    error: CanaryError | None = None
+
+
+def node_devices(svc: Any, node: str, policy: Any = None) -> list[NodeDevice]:
     """The node's devices from operator configuration, else those its node agent publishes (stale ones
     read as unknown under ``policy``); ``[]`` when neither knows the node."""
     from canary.serve.resolve import _device
@@ -117,16 +129,30 @@ def node_devices(svc: Any, node: str, policy: Any = None) -> list[Any]:
     if node not in svc.config.nodes:
         from canary.serve.fleet import published_node_devices
 
-        return published_node_devices(svc, node, policy)
+        return [NodeDevice(d.ref.removeprefix("agent:"), d) for d in published_node_devices(svc, node, policy)]
     out = []
-    for ref in svc.config.nodes.get(node, ()):
-        if "@" in ref:
-            out.append(_device(ref, svc.registry_get))
-        elif os.path.isfile(ref):
-            out.append(_snapshot_file(ref, os.stat(ref).st_mtime_ns))
-        else:
-            out.append(_device(ref, svc.registry_get))
+    for position, ref in enumerate(svc.config.nodes.get(node, ())):
+        try:
+            if "@" not in ref and os.path.isfile(ref):
+                device = _snapshot_file(ref, os.stat(ref).st_mtime_ns)
+            elif "@" not in ref and ("/" in ref or os.sep in ref or ref.endswith((".yaml", ".yml", ".json"))):
+                raise InputError("the snapshot file the serve configuration names for this device is missing "
+                                 "or unreadable on the server (`nodes:` / --node)")
+            else:
+                device = _device(ref, svc.registry_get)
+        except CanaryError as exc:
+            out.append(NodeDevice(f"{node}/gpu{position}", error=exc))
+            continue
+        index = device.snapshot.index
+        out.append(NodeDevice(f"{node}/gpu{position if index is None else index}", device))
     return out
+
+
+def _problem(exc: CanaryError) -> str:
+    """An error's problem without the server file it came from (``InputError.file``)."""
+    if isinstance(exc, InputError) and exc.file is not None:
+        return f"field '{exc.field}': {exc.problem}" if exc.field else exc.problem
+    return str(exc)
 
 
 def _score(cert: Certificate, spec_memory_bytes: int, bound_pct: float) -> int:
@@ -157,7 +183,7 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
         policy = load_policy(notes.get(cfg.extender_policy_annotation) or cfg.default_policy)
         devices = node_devices(svc, node, policy)
     except CanaryError as exc:
-        return NodeVerdict(node, False, f"unknown: {exc}", 0)
+        return NodeVerdict(node, False, f"unknown: {_problem(exc)}", 0)
     if not devices:
         allow = cfg.extender_unknown == "admit"
         return NodeVerdict(node, allow, f"unknown: canary has no snapshot of node {node}'s devices "
@@ -166,13 +192,16 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
     best = -1
     any_unknown = any_reject = False
     access = svc.access()
-    for device in devices:
+    for named in devices:
+        device = named.device
         try:
+            if named.error is not None:
+                raise named.error
             req = build_request(device, candidate, policy, regime=notes.get(cfg.extender_regime_annotation))
             cert = fit(req, access, now, stage1=svc.stage1)
         except CanaryError as exc:
             any_unknown = True
-            reasons.append(f"{device.ref}: unknown: {exc}")
+            reasons.append(f"{named.label}: unknown: {_problem(exc)}")
             continue
         if cert.verdict == "admit":
             bound = policy.budget_for(candidate.workload_class).max_resident_slowdown_pct
@@ -197,7 +226,7 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
                         since=now))
                     note = f"; probe {ticket.id} is {ticket.state} for this pair, retry later"
                     svc.runner_wake()
-        reasons.append(f"{device.ref}: {cert.verdict} (limiting resource: {limiting}): {cert.reason}{note}")
+        reasons.append(f"{named.label}: {cert.verdict} (limiting resource: {limiting}): {cert.reason}{note}")
     if best >= 0:
         return NodeVerdict(node, True, "admit", best)
     if any_unknown and cfg.extender_unknown == "admit" and not any_reject:
