@@ -194,9 +194,17 @@ def probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence
             worst = run
     if worst is not None:
         r = worst.result
-        return Decision("reject", f"the canary showed resident {worst.resident} slowing down beyond its bound "
-                        f"({_pct(r.slowdown_estimate_pct)} vs {r.budget.max_resident_slowdown_pct:g}%): "
-                        f"{r.judgment.reason if r.judgment else r.rollback_reason}", "canary",
+        why = r.judgment.reason if r.judgment else r.rollback_reason
+        if r.judgment is not None and r.judgment.rule in ("slo", "guard"):
+            # One on-window decided at once: its own numbers say what happened; there is no slowdown
+            # estimate to set against the bound.
+            what = "its latency SLO" if r.judgment.rule == "slo" else "the per-window slowdown guard"
+            reason = (f"the canary pushed resident {worst.resident} past {what} in an on-window and was rolled "
+                      f"back at once ({why})")
+        else:
+            reason = (f"the canary showed resident {worst.resident} slowing down beyond its bound "
+                      f"({_pct(r.slowdown_estimate_pct)} vs {r.budget.max_resident_slowdown_pct:g}%): {why}")
+        return Decision("reject", reason, "canary",
                         confidence=r.confidence, evidence=evidence, probe=probe_summary,
                         predicted_slowdown_pct=probe_summary.slowdown_interval_pct if probe_summary else None)
     if any(o != "safe" for o in outcomes):

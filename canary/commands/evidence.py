@@ -9,6 +9,7 @@ different content is a conflict and nothing is imported.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
@@ -20,13 +21,19 @@ from canary.tables import key_values
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "evidence",
-        help="the pairwise evidence cache: list, show, expire, revoke, export, import",
+        help="the pairwise evidence cache and stored certificates: list, show, certificates, expire, revoke, "
+        "export, import",
         description=__doc__,
     )
     sub = parser.add_subparsers(dest="evidence_command", metavar="ACTION", required=True)
 
     ls = sub.add_parser("list", help="records, newest first")
-    ls.add_argument("--pair", metavar="RESIDENT_VERSION:CANDIDATE_VERSION", help="only this workload pair")
+    ls.add_argument(
+        "--pair",
+        metavar="RESIDENT:CANDIDATE",
+        help="only this workload pair; each side a workload name (llm-decode), name@version, or a version "
+        "as the table shows it or in full (comms:embedding-service, megakernel@0.9.3:llm-decode)",
+    )
     ls.add_argument("--device-type", metavar="T", help="only this device type (e.g. h100-sxm)")
     ls.add_argument("--status", choices=("current", "stale", "revoked"), help="only this status")
     ls.add_argument(
@@ -39,6 +46,28 @@ def add_parser(subparsers: Any) -> None:
     show.add_argument("id", metavar="ID", help="evidence id (or a unique prefix)")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(handler=run_show)
+
+    certs = sub.add_parser(
+        "certificates",
+        help="stored certificates (the decisions, with every reason and the evidence behind them): list, show",
+        description="Certificates the store keeps: one per admission that reserved, linked to its evidence.",
+    )
+    cert_sub = certs.add_subparsers(dest="certificates_command", metavar="ACTION", required=True)
+    cls = cert_sub.add_parser("list", help="certificates, newest issued first")
+    cls.add_argument("--device", metavar="D", help="only this device type (h100-sxm) or device UUID")
+    cls.add_argument(
+        "--workload", metavar="W", help="only this candidate workload: a name, name@version or a version"
+    )
+    cls.add_argument("--verdict", choices=("admit", "reject", "unknown"), help="only this verdict")
+    cls.add_argument(
+        "--limit", type=int, default=100, metavar="N", help="at most N certificates (0: all; default 100)"
+    )
+    cls.add_argument("--json", action="store_true", help="machine-readable output (every stored field)")
+    cls.set_defaults(handler=run_certificates_list)
+    cshow = cert_sub.add_parser("show", help="one certificate as admit printed it, and its evidence")
+    cshow.add_argument("id", metavar="ID", help="certificate id (or a unique prefix)")
+    cshow.add_argument("--json", action="store_true", help="machine-readable output")
+    cshow.set_defaults(handler=run_certificates_show)
 
     exp = sub.add_parser("expire", help="mark current records stale (all, or those created before a time)")
     exp.add_argument("--before", metavar="ISO", help="only records created before this time (with a zone)")
@@ -71,7 +100,18 @@ def add_parser(subparsers: Any) -> None:
 def run_list(args: argparse.Namespace) -> int:
     from sqlalchemy import func, select
 
-    from evidence_store.cli_support import evidence_rows, store, table, write_json
+    from evidence_store.cli_support import (
+        EVIDENCE_FIT,
+        check_pair_filter,
+        evidence_rows,
+        fit_table,
+        list_evidence_for_pairs,
+        pair_names,
+        pairs_matching,
+        store,
+        terminal_columns,
+        write_json,
+    )
     from evidence_store.engine import session_scope
     from evidence_store.evidence import list_evidence
     from evidence_store.models import Evidence
@@ -80,28 +120,78 @@ def run_list(args: argparse.Namespace) -> int:
         from canary.errors import UsageError
 
         raise UsageError("must be 0 (all) or a count up to 10**9", field="--limit")
+    if args.pair is not None:
+        check_pair_filter(args.pair)
+    swapped = 0
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
-        records = list_evidence(
-            session,
-            pair=args.pair,
-            device_type=args.device_type,
-            status=args.status,
-            limit=args.limit or None,
-        )
+        if args.pair is None:
+            records = list_evidence(
+                session, device_type=args.device_type, status=args.status, limit=args.limit or None
+            )
+            names = pair_names(session, {(r.key.resident_version, r.key.candidate_version) for r in records})
+        else:
+            names = pair_names(session)
+            records = list_evidence_for_pairs(
+                session,
+                pairs_matching(args.pair, names),
+                device_type=args.device_type,
+                status=args.status,
+                limit=args.limit or None,
+            )
+            if not records:
+                swapped = len(_swapped_matches(args.pair, names))
         total = len(records)
         if args.limit and total == args.limit and not args.json:
             total = session.scalar(select(func.count()).select_from(Evidence)) or 0
     if args.json:
-        write_json([r.model_dump(mode="json") for r in records])
+        out = []
+        for r in records:
+            resident, candidate = names.get((r.key.resident_version, r.key.candidate_version), (None, None))
+            out.append({**r.model_dump(mode="json"), "workload_names": {"resident": resident, "candidate": candidate}})
+        write_json(out)
         return EXIT_ADMIT
     if not records:
-        sys.stdout.write("no evidence matches\n")
+        sys.stdout.write(_nothing_matches(args, swapped) + "\n")
         return EXIT_ADMIT
-    headers, rows = evidence_rows(records)
-    sys.stdout.write(table(headers, rows) + "\n")
+    headers, rows = evidence_rows(records, names)
+    width = terminal_columns()
+    text, dropped = fit_table(
+        headers, rows, width=width, steps=EVIDENCE_FIT
+    )
+    sys.stdout.write(text + "\n")
+    if dropped:
+        sys.stdout.write(f"(hidden to fit {width} columns: {', '.join(dropped)})\n")
     if args.limit and len(records) == args.limit:
         sys.stdout.write(f"(first {args.limit} shown, {total} records in the store; --limit 0 shows all)\n")
     return EXIT_ADMIT
+
+
+def _swapped_matches(pair: str, names: Any) -> list[tuple[str, str]]:
+    """The pairs ``pair`` would name with resident and candidate the other way round."""
+    from evidence_store.cli_support import pairs_matching
+
+    found: set[tuple[str, str]] = set()
+    for i, ch in enumerate(pair):
+        if ch == ":":
+            found.update(pairs_matching(f"{pair[i + 1:]}:{pair[:i]}", names))
+    return sorted(found)
+
+
+def _nothing_matches(args: argparse.Namespace, swapped: int) -> str:
+    filters = [
+        f"{flag} {value}"
+        for flag, value in (("--pair", args.pair), ("--device-type", args.device_type), ("--status", args.status))
+        if value is not None
+    ]
+    if not filters:
+        return "no evidence in the store"
+    text = "no evidence matches " + ", ".join(filters)
+    if args.pair is not None:
+        text += " (RESIDENT:CANDIDATE"
+        if swapped:
+            text += f"; {swapped} pair(s) match with the two the other way round"
+        text += ")"
+    return text
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -110,6 +200,8 @@ def run_show(args: argparse.Namespace) -> int:
         fmt_confidence,
         fmt_slowdown,
         fmt_time,
+        pair_names,
+        probe_decision,
         resolve_evidence_id,
         store,
         table,
@@ -121,21 +213,27 @@ def run_show(args: argparse.Namespace) -> int:
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
         full_id = resolve_evidence_id(session, args.id)
         records = history(session, full_id)
-    record = next(r for r in records if r.id == full_id)
+        record = next(r for r in records if r.id == full_id)
+        key = record.key
+        names = pair_names(session, {(key.resident_version, key.candidate_version)})
+        decided = probe_decision(session, record.probe_id)
+    resident, candidate = names.get((key.resident_version, key.candidate_version), (None, None))
     if args.json:
         write_json(
             {
                 "evidence": record.model_dump(mode="json"),
                 "history": [r.model_dump(mode="json") for r in records],
+                "workload_names": {"resident": resident, "candidate": candidate},
+                "probe_decision": decided,
             }
         )
         return EXIT_ADMIT
-    key = record.key
+    unnamed = "name not recorded"
     details = [
         ("id", record.id),
         ("probe id", record.probe_id),
-        ("resident", f"{key.resident_version} ({key.resident_shape_family})"),
-        ("candidate", f"{key.candidate_version} ({key.candidate_shape_family})"),
+        ("resident", f"{resident or unnamed}, version {key.resident_version} ({key.resident_shape_family})"),
+        ("candidate", f"{candidate or unnamed}, version {key.candidate_version} ({key.candidate_shape_family})"),
         ("device type", key.device_type),
         ("regime", key.regime),
         ("key digest", record.key_digest),
@@ -149,6 +247,8 @@ def run_show(args: argparse.Namespace) -> int:
             "unknown" if record.candidate_slowdown_pct is None else f"{record.candidate_slowdown_pct:.1f}%",
         ),
         ("confidence", fmt_confidence(record.confidence)),
+        ("decided by", "not in this store's probe journal" if decided is None
+         else f"{decided['rule'] or 'unknown'}: {decided['reason'] or 'no reason recorded'}"),
         ("samples / exposure", f"{record.samples} / {record.exposure_used}"),
         ("time used", f"{record.time_used_s:.1f} s"),
         ("created / expires", f"{fmt_time(record.created_at)} / {fmt_time(record.expires_at)}"),
@@ -164,9 +264,91 @@ def run_show(args: argparse.Namespace) -> int:
         ("superseded by", record.superseded_by or "-"),
     ]
     sys.stdout.write("".join(line + "\n" for line in key_values(details)))
-    headers, rows = evidence_rows(records)
+    headers, rows = evidence_rows(records, names)
     sys.stdout.write(f"\nhistory of this pair ({len(records)} record(s), newest first):\n")
     sys.stdout.write(table(headers, rows) + "\n")
+    return EXIT_ADMIT
+
+
+def run_certificates_list(args: argparse.Namespace) -> int:
+    from evidence_store.cli_support import (
+        CERTIFICATE_FIT,
+        certificate_rows,
+        fit_table,
+        list_certificates,
+        store,
+        terminal_columns,
+        write_json,
+    )
+    from evidence_store.engine import session_scope
+
+    if not 0 <= args.limit <= 10**9:
+        from canary.errors import UsageError
+
+        raise UsageError("must be 0 (all) or a count up to 10**9", field="--limit")
+    with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        records, total = list_certificates(
+            session, device=args.device, workload=args.workload, verdict=args.verdict, limit=args.limit or None
+        )
+    if args.json:
+        write_json([r.model_dump(mode="json") for r in records])
+        return EXIT_ADMIT
+    if not records:
+        filters = [
+            f"{flag} {value}"
+            for flag, value in (("--device", args.device), ("--workload", args.workload), ("--verdict", args.verdict))
+            if value is not None
+        ]
+        sys.stdout.write(
+            ("no certificate matches " + ", ".join(filters)) if filters else "no certificates in the store"
+        )
+        sys.stdout.write("\n")
+        return EXIT_ADMIT
+    headers, rows = certificate_rows(records)
+    width = terminal_columns()
+    text, dropped = fit_table(
+        headers, rows, width=width, steps=CERTIFICATE_FIT
+    )
+    sys.stdout.write(text + "\n")
+    if dropped:
+        sys.stdout.write(f"(hidden to fit {width} columns: {', '.join(dropped)})\n")
+    if len(records) < total:
+        sys.stdout.write(f"(first {len(records)} shown of {total} matching; --limit 0 shows all)\n")
+    return EXIT_ADMIT
+
+
+def run_certificates_show(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from canary.certificate import Certificate
+    from canary.render import certificate_text
+    from evidence_store.certificates import get_certificate
+    from evidence_store.cli_support import fmt_time, resolve_certificate_id, store, write_json
+    from evidence_store.engine import session_scope
+
+    with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        stored = get_certificate(session, resolve_certificate_id(session, args.id))
+    assert stored is not None  # resolved above, in the same read
+    if args.json:
+        write_json(stored.model_dump(mode="json"))
+        return EXIT_ADMIT
+    details = [
+        ("certificate id", stored.id),
+        ("digest", stored.digest),
+        ("recorded", fmt_time(stored.recorded_at) if stored.recorded_at else "not recorded (see issued_at)"),
+        ("evidence", ", ".join(stored.evidence_ids) or "none (decided by stage 1 alone, or no record used)"),
+    ]
+    sys.stdout.write("".join(line + "\n" for line in key_values(details)) + "\n")
+    try:  # JSON mode: the stored arrays read as the model's tuples
+        cert = Certificate.model_validate_json(json.dumps(stored.certificate_json))
+    except ValidationError as err:
+        sys.stdout.write(
+            f"(this certificate does not read as the current certificate format: {err.errors()[0]['msg']}; "
+            "its stored JSON follows)\n"
+        )
+        write_json(stored.certificate_json)
+        return EXIT_ADMIT
+    sys.stdout.write(certificate_text(cert) + "\n")
     return EXIT_ADMIT
 
 

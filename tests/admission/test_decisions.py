@@ -26,7 +26,7 @@ from canary.admission.decisions import (
     reservation_plan,
 )
 from canary.certificate import Finding, GpuInstancePlacement, HardFit
-from canary.probe.judge import Judgment
+from canary.probe.judge import DecidingRule, Judgment
 from canary.probe.orchestrator import Outcome, ProbeResult
 from canary.regime import Regime
 from canary.snapshot import Resident
@@ -226,12 +226,12 @@ def test_pairs_needing_probe(evidence: list[PairEvidence], expected: list[PairKe
 
 
 def _run(resident: str, outcome: Outcome, estimate: float | None, interval: tuple[float, float] | None,
-         confidence: float | None, reason: str = "judged") -> ProbeRun:
+         confidence: float | None, reason: str = "judged", rule: DecidingRule = "judge") -> ProbeRun:
     req = _request()
     budget = req.policy.budget_for("online-inference")
     judgment = Judgment(label="safe" if outcome == "safe" else "unsafe" if outcome == "unsafe" else "inconclusive",
                         estimate_pct=estimate, interval_pct=interval, confidence=confidence or 0.0, window_pairs=8,
-                        raw_samples=80, reason=reason, rule="judge")
+                        raw_samples=80, reason=reason, rule=rule)
     result = ProbeResult(
         probe_id=f"probe-{resident}", outcome=outcome, state="RECORDED", transitions=(), judgment=judgment,
         slowdown_estimate_pct=estimate, slowdown_interval_pct=interval, confidence=confidence, samples=80,
@@ -245,6 +245,9 @@ SAFE_B = _run("b", "safe", 2.5, (1.0, 6.0), 0.93)
 UNSAFE_B = _run("b", "unsafe", 25.0, (18.0, 31.0), 0.98, reason="the test rejects 'within 10%'")
 INCONCLUSIVE_B = _run("b", "inconclusive", 4.0, (-5.0, 14.0), None, reason="budget spent")
 CACHED_C = _safe("c", 0.91, (0.0, 2.0), T1)
+# An SLO breach in the first on-window: no slowdown estimate, no confidence, the breach's own numbers.
+SLO_BREACH_B = _run("b", "unsafe", None, None, None, rule="slo",
+                    reason="slo-breach: resident p99 22.00 ms > SLO 20 ms with the canary on")
 
 PROBE_CASES = [
     pytest.param(
@@ -272,6 +275,12 @@ PROBE_CASES = [
         [UNSAFE_B, INCONCLUSIVE_B], [], "unknown",
         ("reject", 0.98, None, "resident b slowing down beyond its bound", "probe-b"),
         id="unsafe-outweighs-inconclusive",
+    ),
+    pytest.param(
+        [SAFE_A, SLO_BREACH_B], [], "unknown",
+        ("reject", None, None, "resident b past its latency SLO in an on-window and was rolled back at once "
+         "(slo-breach: resident p99 22.00 ms > SLO 20 ms with the canary on)", "probe-b"),
+        id="an-slo-breach-says-so-instead-of-an-unknown-slowdown-beyond-its-bound",
     ),
 ]
 

@@ -138,7 +138,7 @@ def test_expire_and_revoke(cli: Run, sqlite_url: str) -> None:
     code, out, _ = cli("--db", sqlite_url, "evidence", "list", "--status", "revoked", "--json")
     assert [(r["id"], r["revoked_reason"]) for r in json.loads(out)] == [(b, "load generator misconfigured")]
     code, out, _ = cli("--db", sqlite_url, "evidence", "list", "--status", "current")
-    assert out == "no evidence matches\n"
+    assert out == "no evidence matches --status current\n"
 
 
 def test_export_import_round_trip_and_conflicts(cli: Run, sqlite_url: str, tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ def test_bad_import_files_are_exit_2_naming_file_line_field(
         assert fragment in err
     assert "Traceback" not in err
     code, out, _ = cli("--db", sqlite_url, "evidence", "list")
-    assert out == "no evidence matches\n"
+    assert out == "no evidence in the store\n"
 
 
 def test_version_1_files_are_read_with_their_fractions_as_percent(cli: Run, sqlite_url: str, tmp_path: Path) -> None:
