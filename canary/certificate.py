@@ -149,6 +149,23 @@ class ProbeSummary(Model):
     # numbers above measure (docs/canary.md "What is bounded").
     decided_by_rule: str | None = None
     slowdown_estimand: str | None = None
+    window_s: float | None = Field(
+        default=None, description="the probe's window length, sized from the resident's own rate (docs/canary.md)"
+    )
+    window_plan: str | None = Field(
+        default=None,
+        description="how the windows and the coverage horizon were chosen: what a safe verdict's guarantee covers",
+    )
+    abort_cause: str | None = Field(
+        default=None,
+        description="why the candidate never ran, when it did not: 'resident-over-slo' (the resident breaches "
+        "its SLO alone: not now) or 'unmeasurable' (no window the budget allows holds a statistic)",
+    )
+    attribution: str | None = Field(
+        default=None,
+        description="the attribution test behind an SLO or guard rollback: windows over the threshold with "
+        "and without the candidate, its p-value and level",
+    )
 
 
 class ReservationRef(Model):

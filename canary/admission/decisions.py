@@ -207,6 +207,14 @@ def probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence
         return Decision("reject", reason, "canary",
                         confidence=r.confidence, evidence=evidence, probe=probe_summary,
                         predicted_slowdown_pct=probe_summary.slowdown_interval_pct if probe_summary else None)
+    busy = next((run for run in runs if run.result.abort_cause == "resident-over-slo"), None)
+    if busy is not None:
+        # Not now: the resident is already out of its SLO alone. Nothing may join it without making
+        # that worse, and the pair itself was never tried, so nothing is learnt about it (docs/canary.md).
+        return Decision("reject", f"not now: resident {busy.resident} already breaches its SLO alone, so no "
+                        "candidate may join it; the candidate never ran and nothing was learnt about the pair "
+                        f"({busy.result.rollback_reason}); ask again once the resident is back within its SLO",
+                        "canary", confidence=None, evidence=evidence, probe=probe_summary)
     if any(o != "safe" for o in outcomes):
         bad = next(run for run in runs if run.result.outcome != "safe")
         r = bad.result

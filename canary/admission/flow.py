@@ -247,6 +247,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
 
     from canary.probe import make_executor, make_monitor
     from canary.probe.orchestrator import run_probe
+    from canary.probe.plan import TimeStructure
 
     assert resident.profile is not None
     budget = req.policy.budget_for(resident.profile.workload_class)
@@ -279,6 +280,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         progress=progress,
         slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
         schedule_seed=seed if sim_device is not None else None,
+        structure=TimeStructure.of(req.candidate, resident.profile),
     )
     return ProbeRun(resident.name, key, result)
 

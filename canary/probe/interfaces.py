@@ -81,12 +81,18 @@ class WindowSample:
     ``latencies_ms`` is left raw (it may hold NaN or garbage); the judge cleans it. ``stalled`` is
     ``True`` only when the monitor saw the resident demonstrably stalled in the window — requests
     outstanding past their timeout, or its SLO monitor said so. A window with few or no latencies
-    and ``stalled=False`` is only *no data*: no data is neither a pass nor harm."""
+    and ``stalled=False`` is only *no data*: no data is neither a pass nor harm.
+
+    ``work_units`` marks a **throughput window**: the resident's work done in the window, partial
+    steps included (``None``: a latency window). ``latencies_ms`` then holds one value, the window's
+    time per unit of work (``1000 · duration_s / work_units``), so the window's mean is exactly the
+    inverse throughput; an empty list when no work was done."""
 
     latencies_ms: Sequence[object]
     duration_s: float
     note: str = ""
     stalled: bool = False
+    work_units: float | None = None
 
 
 @runtime_checkable

@@ -124,7 +124,8 @@ class JudgeSettings:
 
     ``range_slowdown_pct``: the largest slowdown of one on-window against the scale that the judge's
     range holds (default: 4 × the bound, which is the default per-window guard plus the bound). ``burst_rate_guarded``: the rarest fraction of slow windows
-    a safe verdict must have had the chance to see (see :attr:`min_safe_pairs`)."""
+    a safe verdict must have had the chance to see (see :attr:`min_safe_pairs`). ``coverage_pairs``: the
+    pairs a safe verdict needs to span the probe's coverage horizon (0: none beyond the burst rule)."""
 
     max_resident_slowdown_pct: float
     required_confidence: float
@@ -134,6 +135,7 @@ class JudgeSettings:
     outlier_factor: float | None = None
     range_slowdown_pct: float | None = None
     burst_rate_guarded: float = 0.05
+    coverage_pairs: int = 0
 
     def __post_init__(self) -> None:
         if not self.max_resident_slowdown_pct > 0:
@@ -148,6 +150,8 @@ class JudgeSettings:
             raise ValueError("range_slowdown_pct must exceed max_resident_slowdown_pct")
         if not 0 < self.burst_rate_guarded < 1:
             raise ValueError("burst_rate_guarded must lie in (0, 1)")
+        if self.coverage_pairs < 0:
+            raise ValueError("coverage_pairs must be >= 0")
 
     @classmethod
     def from_budget(cls, budget: RiskBudget) -> JudgeSettings:
@@ -180,9 +184,11 @@ class JudgeSettings:
     @property
     def min_safe_pairs(self) -> int:
         """Usable pairs a safe verdict needs: bursts in a fraction ``burst_rate_guarded`` of the windows
-        are then seen before an admit with probability ≥ 1 − α."""
+        are then seen before an admit with probability ≥ 1 − α — and at least ``coverage_pairs``, the
+        pairs that span the coverage horizon the probe plan chose (:mod:`canary.probe.plan`), so that
+        the on-windows have met every declared phase of both workloads."""
         need = math.ceil(math.log(self.alpha) / math.log1p(-self.burst_rate_guarded))
-        return max(self.min_pairs, need)
+        return max(self.min_pairs, need, self.coverage_pairs)
 
 
 # ---------------------------------------------------------------------------------------------

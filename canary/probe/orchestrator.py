@@ -48,6 +48,7 @@ import anyio
 
 from canary.errors import ProbeError
 from canary.policy import RiskBudget
+from canary.probe.attribution import ATTRIBUTION_SHARE, RESUME_WINDOWS, Attribution, attribute
 from canary.probe.interfaces import (
     Executor,
     ExposureGate,
@@ -66,12 +67,19 @@ from canary.probe.judge import (
     pair_schedule,
     preprocess_window,
 )
+from canary.probe.plan import BASELINE_SHARE, TimeStructure, Unmeasurable, WindowPlan, plan_windows
 from canary.quantiles import quantile
 
 ProbeState = Literal[
     "PENDING", "BASELINE", "PROBING", "JUDGING", "DECIDED", "ABORTED", "ROLLED_BACK", "RECORDED"
 ]
 Outcome = Literal["safe", "unsafe", "inconclusive", "aborted"]
+#: Why the candidate never ran: the resident breaches its SLO alone ("not now"), or no window the
+#: budget allows holds a statistic of it.
+AbortCause = Literal["resident-over-slo", "unmeasurable"]
+#: SLO or guard rollbacks a probe may resume from when the window could not be attributed to the
+#: candidate; the next one ends the probe.
+MAX_PAUSES = 3
 
 #: The transition table: from each state, the states it may go to.
 TRANSITIONS: dict[ProbeState, frozenset[ProbeState]] = {
@@ -150,6 +158,10 @@ class ProbeResult:
     rollback_detail: str
     simulated: bool
     budget: RiskBudget
+    abort_cause: AbortCause | None = None
+    window_s: float | None = None
+    window_plan: str | None = None
+    attribution: str | None = None
 
     def to_summary_dict(self) -> dict[str, Any]:
         """Fields of :class:`canary.certificate.ProbeSummary` (JSON-safe: no infinities)."""
@@ -180,6 +192,10 @@ class ProbeResult:
             "budget": {
                 k: v for k, v in self.budget.model_dump().items() if isinstance(v, int | float | bool)
             },
+            "window_s": self.window_s,
+            "window_plan": self.window_plan,
+            "abort_cause": self.abort_cause,
+            "attribution": self.attribution,
         }
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -214,6 +230,7 @@ class _Run:
     lease_s: float
     rollback_grace_s: float
     schedule_seed: int
+    structure: TimeStructure | None = None
     settings: JudgeSettings = field(init=False)
     state: ProbeState | None = None
     transitions: list[Transition] = field(default_factory=list)
@@ -230,9 +247,19 @@ class _Run:
     off_windows: int = 0
     baseline_ms: tuple[object, ...] | None = None
     progress_error: str | None = None
+    abort_cause: AbortCause | None = None
+    window_s: float = 0.0
+    plan: WindowPlan | None = None
+    throughput: bool = False
+    # Every usable window's (mean statistic, p99), for the attribution test of an SLO or guard rollback.
+    on_stats: list[tuple[float, float]] = field(default_factory=list)
+    off_stats: list[tuple[float, float]] = field(default_factory=list)
+    pauses: int = 0
+    attribution: str | None = None
 
     def __post_init__(self) -> None:
         self.settings = JudgeSettings.from_budget(self.budget)
+        self.window_s = self.budget.sampling_window_s
 
     @property
     def simulated(self) -> bool:
@@ -252,8 +279,9 @@ class _Run:
         self.report()
 
     def report(self) -> None:
-        """Call the progress display. Its failure must never skip a rollback: it is kept, the display
-        is not called again, and the probe body aborts at its next window (see ``measure``)."""
+        """Call the progress display. A display never decides a probe: when it raises (its terminal
+        gone, a closed pipe), it is not called again, the probe goes on, and the failure is noted in
+        the last transition when the probe is recorded."""
         if self.progress is None or self.state is None:
             return
         j = self.judgment
@@ -329,8 +357,6 @@ class _Run:
         if self.journal is not None and self.journaled:
             self.journal.heartbeat(self.probe_id, self.lease_s)
         self.report()
-        if self.progress_error is not None:
-            raise ProbeError(self.progress_error)
         return sample
 
     async def heartbeat_loop(self) -> None:
@@ -356,25 +382,11 @@ class _Run:
             tg.start_soon(self.heartbeat_loop)
         await self.monitor.open()
         self.go("BASELINE", "measuring the resident alone")
-        if not self.time_left_for(self.budget.baseline_window_s):
-            self.abort("the baseline window does not fit in the time budget")
-            raise _Stop
-        baseline = await self.measure("baseline", self.budget.baseline_window_s)
-        self.baseline_ms = tuple(baseline.latencies_ms)
-        base = preprocess_window(baseline.latencies_ms, self.settings)
-        if base.status != "ok":
-            self.abort(f"baseline: {base.status}: {base.reason}; no data is never a pass")
-            raise _Stop
-        p99 = quantile(base.values_ms, 0.99)
-        if self.slo_latency_p99_ms is not None and p99 is not None and p99 > self.slo_latency_p99_ms:
-            self.abort(
-                f"the resident breaches its SLO before the canary starts: p99 {p99:.2f} ms > {self.slo_latency_p99_ms:g} ms"
-            )
-            raise _Stop
+        base = await self.measure_baseline()
         self._add_off(base)
         await self.executor.start()
-        self.go("PROBING", "candidate started")
-        window_s = self.budget.sampling_window_s
+        self.go("PROBING", f"candidate started; {self.plan.why if self.plan else ''}".rstrip("; "))
+        window_s = self.window_s
         seed = self.schedule_seed
         index = 0
         while True:
@@ -388,7 +400,9 @@ class _Run:
                     return self.final_judgment("exposure budget spent")
                 got[kind] = await self.measure(kind, pair_s)
                 if kind == "on":
-                    self.guard(preprocess_window(got["on"].latencies_ms, self.settings), partial=got)
+                    on = preprocess_window(got["on"].latencies_ms, self.settings)
+                    await self.guard(on, partial=got)
+                    self._add_on(on)
             self.pairs.append(_pair(got["off"], got["on"]))
             # The guard's reference grows only between pairs, as the judge's scale does.
             self._add_off(preprocess_window(got["off"].latencies_ms, self.settings))
@@ -410,50 +424,168 @@ class _Run:
                 return None
             self.go("PROBING", j.reason)
 
+    async def measure_baseline(self) -> CleanWindow:
+        """The resident alone, until it gave enough events to size the windows (at most
+        ``BASELINE_SHARE`` of the time budget); then the SLO check and the window plan. Aborts — the
+        candidate never started, exposure 0 — when the resident breaches its SLO alone or cannot be
+        measured within the budget."""
+        limit_s = max(self.budget.baseline_window_s, BASELINE_SHARE * self.budget.max_probe_time_s)
+        step_s = self.budget.baseline_window_s
+        spent_s = 0.0
+        latencies: list[object] = []
+        work: float | None = None
+        while True:
+            if not self.time_left_for(step_s):
+                self.abort("the baseline window does not fit in the time budget")
+                raise _Stop
+            sample = await self.measure("baseline", step_s)
+            spent_s += step_s
+            if sample.work_units is not None:
+                work = (work or 0.0) + sample.work_units
+            else:
+                latencies.extend(sample.latencies_ms)
+            events = work if work is not None else float(len(latencies))
+            need = 2.0 if work is not None else max(12.0, 4.0 * self.settings.min_samples_per_window)
+            if events >= need or spent_s + step_s > limit_s + 1e-9:
+                break
+            step_s = min(2 * step_s, limit_s - spent_s)
+        self.throughput = work is not None
+        if work is not None:
+            # A throughput window's statistic is one exact measurement of work over time.
+            self.settings = replace(self.settings, min_samples_per_window=1)
+            latencies = [1000.0 * spent_s / work] if work > 0 else []
+        self.baseline_ms = tuple(latencies)
+        base = preprocess_window(latencies, self.settings)
+        if base.status == "error":
+            self.abort(f"baseline: error: {base.reason}; no data is never a pass")
+            raise _Stop
+        events = work if work is not None else float(len(base.values_ms))
+        planned = plan_windows(
+            self.budget,
+            events=events or 0.0,
+            baseline_s=spent_s,
+            throughput=self.throughput,
+            min_samples_per_window=self.budget.min_samples_per_window,
+            burst_pairs=self.settings.min_safe_pairs,
+            structure=self.structure,
+            time_left_s=self.budget.max_probe_time_s - self.time_used_s(),
+        )
+        if isinstance(planned, Unmeasurable) or base.status != "ok":
+            self.abort_cause = "unmeasurable"
+            why = planned.reason if isinstance(planned, Unmeasurable) else f"baseline: {base.reason}"
+            self.abort(f"unmeasurable: {why}; the candidate never started")
+            raise _Stop
+        if self.slo_latency_p99_ms is not None and not self.throughput:
+            p99 = quantile(base.values_ms, 0.99)
+            if p99 is not None and p99 > self.slo_latency_p99_ms:
+                self.abort_cause = "resident-over-slo"
+                self.abort(
+                    f"the resident breaches its SLO alone: p99 {p99:.2f} ms > {self.slo_latency_p99_ms:g} ms over "
+                    f"{spent_s:g} s before the candidate started (not now: the candidate never ran)"
+                )
+                raise _Stop
+        self.plan = planned
+        self.window_s = planned.window_s
+        self.settings = replace(self.settings, coverage_pairs=planned.coverage_pairs)
+        return base
+
     def _add_off(self, off: CleanWindow) -> None:
         if off.statistic_ms is not None:
             self.off_max_ms = max(self.off_max_ms, off.statistic_ms)
             self.off_windows += 1
+            self.off_stats.append((off.statistic_ms, _p99(off)))
 
-    def guard(self, on: CleanWindow, *, partial: dict[str, WindowSample]) -> None:
-        """SLO breach and slowdown guard on one on-window: decide *unsafe* at once."""
+    def _add_on(self, on: CleanWindow) -> None:
+        if on.statistic_ms is not None:
+            self.on_stats.append((on.statistic_ms, _p99(on)))
+
+    async def guard(self, on: CleanWindow, *, partial: dict[str, WindowSample]) -> None:
+        """SLO breach and slowdown guard on one on-window. Either stops the candidate's load at once
+        (the on-window ends and nothing more is sent); the window is then tested for attribution
+        against the resident's own windows (:mod:`canary.probe.attribution`): *unsafe* only when the
+        candidate caused it, else the probe resumes (at most ``MAX_PAUSES`` times)."""
         reason = None
         rule: DecidingRule = "none"
+        threshold = 0.0
+        use_p99 = False
         if (
             on.status == "ok"
             and self.slo_latency_p99_ms is not None
             and self.budget.rollback_on_slo_violation
+            and not self.throughput
         ):
             p99 = quantile(on.values_ms, 0.99)
             if p99 is not None and p99 > self.slo_latency_p99_ms:
                 reason = f"slo-breach: resident p99 {p99:.2f} ms > SLO {self.slo_latency_p99_ms:g} ms with the canary on"
-                rule = "slo"
-        enough = self.budget.slowdown_guard_min_samples
-        if reason is None and on.statistic_ms is not None and len(on.values_ms) >= enough and self.off_windows:
+                rule, threshold, use_p99 = "slo", self.slo_latency_p99_ms, True
+        enough = self.throughput or len(on.values_ms) >= self.budget.slowdown_guard_min_samples
+        if reason is None and on.statistic_ms is not None and enough and self.off_windows:
             reference_ms = self.off_max_ms
             slowdown_pct = 100.0 * (on.statistic_ms / reference_ms - 1.0)
             guard_pct = self.budget.effective_slowdown_guard_pct
             if slowdown_pct > guard_pct:
                 reason = f"slowdown-guard: one window {slowdown_pct:.1f}% slower > guard {guard_pct:g}%"
-                rule = "guard"
+                rule, threshold = "guard", reference_ms * (1.0 + guard_pct / 100.0)
         if reason is None:
             return
+        self.pauses += 1
+        on_values = [p99 if use_p99 else stat for stat, p99 in self.on_stats]
+        on_values.append(_p99(on) if use_p99 else (on.statistic_ms or 0.0))
+        off_values = [p99 if use_p99 else stat for stat, p99 in self.off_stats]
+        verdict, resumable = await self.attribute(threshold, on_values, off_values, use_p99)
         pairs = list(self.pairs)
         if "off" in partial:
             pairs.append(_pair(partial["off"], partial["on"]))
-        base = judge(pairs, self.settings, budget_exhausted=False, baseline_ms=self.baseline_ms) if pairs else None
-        j = Judgment(
-            "unsafe",
-            base.estimate_pct if base else None,
-            base.interval_pct if base else None,
-            self.settings.required_confidence,
-            len(pairs),
-            base.raw_samples if base else len(partial["on"].latencies_ms),
-            reason,
-            rule=rule,
-        )
-        self.decide(j, reason)
-        raise _Stop
+        if verdict.attributed:
+            base = judge(pairs, self.settings, budget_exhausted=False, baseline_ms=self.baseline_ms) if pairs else None
+            j = Judgment(
+                "unsafe",
+                base.estimate_pct if base else None,
+                base.interval_pct if base else None,
+                self.settings.required_confidence,
+                len(pairs),
+                base.raw_samples if base else len(partial["on"].latencies_ms),
+                f"{reason}; {verdict.describe()}",
+                rule=rule,
+            )
+            self.decide(j, reason)
+            raise _Stop
+        if self.pauses > MAX_PAUSES or not resumable:
+            why = (f"{reason}; {verdict.describe()}; "
+                   + ("no time left to resume the probe" if not resumable else
+                      f"{self.pauses} rollbacks not attributable to the candidate: the probe ends"))
+            j = judge(pairs, self.settings, budget_exhausted=True, baseline_ms=self.baseline_ms)
+            self.judgment = replace(j, label="inconclusive" if j.label == "safe" else j.label, rule=rule, reason=why)
+            if self.judgment.label in (None, "error", "no-data"):
+                self.judgment = replace(self.judgment, label="inconclusive")
+            self.decide(self.judgment, why)
+            raise _Stop
+        self.go("JUDGING", f"{reason}; {verdict.describe()}: not the candidate's, the probe resumes")
+        self.go("PROBING", "resumed")
+
+    async def attribute(
+        self, threshold: float, on_values: list[float], off_values: list[float], use_p99: bool
+    ) -> tuple[Attribution, bool]:
+        """The candidate's load has stopped: measure the resident alone until the window over
+        ``threshold`` is attributable to the candidate, or no longer can be within the share of the
+        time left that a pause may take. Returns the test and whether the probe can resume."""
+        # The error budget is split evenly over the pauses a probe may take (Bonferroni): any false
+        # unsafe from these rules, in the whole probe, has probability at most α under the null.
+        level = self.settings.alpha / (MAX_PAUSES + 1)
+        allowed = int(ATTRIBUTION_SHARE * (self.budget.max_probe_time_s - self.time_used_s()) // self.window_s)
+        measured = 0
+        while True:
+            verdict = attribute(on_values, off_values, threshold, level=level,
+                                more_windows_allowed=allowed - measured)
+            if verdict.attributed or not verdict.worth_measuring:
+                self.attribution = verdict.describe()
+                windows_left = (self.budget.max_probe_time_s - self.time_used_s()) // self.window_s
+                return verdict, windows_left >= RESUME_WINDOWS
+            sample = await self.measure("off", self.window_s)
+            measured += 1
+            fresh = preprocess_window(sample.latencies_ms, self.settings)
+            if fresh.statistic_ms is not None:
+                off_values.append(_p99(fresh) if use_p99 else fresh.statistic_ms)
 
     def final_judgment(self, why: str) -> None:
         if self.state != "JUDGING":
@@ -503,6 +635,10 @@ class _Run:
             rollback_detail=report.detail,
             simulated=self.simulated,
             budget=self.budget,
+            abort_cause=self.abort_cause,
+            window_s=self.window_s if self.plan is not None else None,
+            window_plan=self.plan.why if self.plan is not None else None,
+            attribution=self.attribution,
         )
 
     def record(self, report: RollbackReport) -> ProbeResult:
@@ -567,6 +703,11 @@ async def _drive(
     await executor.drive(duration_s, gate, task_status=task_status)
 
 
+def _p99(window: CleanWindow) -> float:
+    value = quantile(window.values_ms, 0.99) if window.values_ms else None
+    return value if value is not None else 0.0
+
+
 def _pair(off: WindowSample, on: WindowSample) -> WindowPair:
     return WindowPair(off.latencies_ms, on.latencies_ms, on_stalled=on.stalled)
 
@@ -595,11 +736,14 @@ async def run_probe(
     lease_s: float = DEFAULT_LEASE_S,
     rollback_grace_s: float = ROLLBACK_GRACE_S,
     schedule_seed: int | None = None,
+    structure: TimeStructure | None = None,
 ) -> ProbeResult:
     """Run one bounded probe and return its result; the candidate is always rolled back.
 
     ``schedule_seed`` seeds the random pair order and window lengths (default: from ``probe_id``);
     a simulated probe passes its simulator seed so that a seeded run is reproducible.
+    ``structure``: what the two profiles declare about their phases (:class:`~canary.probe.plan.TimeStructure`),
+    from which the probe's coverage horizon is chosen; ``None``: unknown, the policy's horizon.
 
     Raises :class:`RollbackFailed` (a ``ProbeError``, exit 4) when the candidate could not be proven
     gone; cancellation and ``KeyboardInterrupt`` propagate after a shielded rollback."""
@@ -620,5 +764,6 @@ async def run_probe(
         lease_s=lease_s,
         rollback_grace_s=rollback_grace_s,
         schedule_seed=schedule_seed if schedule_seed is not None else zlib.crc32(probe_id.encode()),
+        structure=structure,
     )
     return await run.execute()

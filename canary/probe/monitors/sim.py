@@ -42,18 +42,15 @@ class SimMonitor:
         window = self.device.run_window(duration_s)
         self.link.last_window = window
         self.link.windows += 1
-        latencies = list(window.latencies_ms.get(self.handle, []))
-        if latencies:
-            return WindowSample(latencies, duration_s)
-        # A batch resident reports throughput, not request latencies: each completed step counts
-        # once, at the window's mean time per step, so the window mean is exactly 1/throughput.
-        steps = int(window.requests_served.get(self.handle, 0))
-        throughput = float(window.throughput.get(self.handle, 0.0))
-        if steps > 0 and throughput > 0:
-            return WindowSample(
-                [1000.0 / throughput] * steps, duration_s, note="time per step from throughput"
-            )
-        return WindowSample([], duration_s, note="the resident completed nothing in the window")
+        if self.profile.workload_class == "online-inference" or window.latencies_ms.get(self.handle):
+            return WindowSample(list(window.latencies_ms.get(self.handle, [])), duration_s)
+        # A batch resident reports throughput, not request latencies: the work it did in the window,
+        # partial steps included, so a window shorter than a step still measures its speed.
+        work = float(window.throughput.get(self.handle, 0.0)) * duration_s
+        if work > 0:
+            return WindowSample([1000.0 * duration_s / work], duration_s,
+                                note="time per step from work done, partial steps included", work_units=work)
+        return WindowSample([], duration_s, note="the resident did no work in the window", work_units=0.0)
 
     async def close(self) -> None:
         if self._placed_here and self.handle is not None:

@@ -1,0 +1,164 @@
+"""How long a probe's windows are and how long its safe side must look, from what is known before the
+candidate sends its first request. Pure: no IO, no clock.
+
+Two facts decide it, both known once the baseline window (the resident alone) is measured:
+
+- **what the resident gives per second** — completed requests (a latency monitor) or work done,
+  partial steps included (a throughput monitor) — measured in the baseline, and
+- **how the pair's load varies in time** — the phase lengths and duty cycles the two profiles declare
+  (:class:`TimeStructure`).
+
+The window is the shortest that holds enough of the resident's own events for a statistic
+(:data:`TARGET_EVENTS_PER_WINDOW` requests, or :data:`STEPS_PER_WINDOW` steps of work), never below
+:data:`MIN_WINDOW_S` and, while the policy's ``sampling_window_s`` holds enough events, never above it.
+A resident whose window cannot fit ``min_windows`` pairs into the time budget is **unmeasurable**: the
+probe says so before the candidate starts (exposure 0).
+
+The **coverage horizon** is how long the probe must have run before a *safe* verdict: long enough for
+the on-windows to have met every declared phase of both workloads — :data:`COVERAGE_CYCLES` of the
+longer declared cycle. Where either profile declares neither phases nor a duty cycle, nothing is known
+about its time structure and the horizon is the one the policy's windows always implied
+(``min_safe_pairs`` pairs of ``sampling_window_s`` windows). The judge's burst rule (``min_safe_pairs``
+usable pairs) applies on top, whatever the window length: bursts in a fraction ``judge_burst_rate`` of
+the windows are seen with probability ≥ the required confidence, and a shorter window sees a burst of a
+given share of the *time* in at least that share of the windows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from canary.policy import RiskBudget
+    from canary.profile import WorkloadProfile
+
+#: Requests a latency window should hold on average: with Poisson arrivals at a mean of 12, a window
+#: has fewer than the default ``min_samples_per_window`` (3) with probability 0.05%.
+TARGET_EVENTS_PER_WINDOW = 12.0
+#: Work a throughput window should hold, in the resident's steps at its baseline speed: a window
+#: shorter than a step would measure where in its step the resident was, not how fast it goes.
+STEPS_PER_WINDOW = 2.0
+#: The shortest window, whatever the resident's rate.
+MIN_WINDOW_S = 0.5
+#: How many of the longer declared cycle the on-windows must have spanned before a safe verdict.
+COVERAGE_CYCLES = 2.0
+#: The most of the time budget the baseline may take while it waits for enough of the resident's events.
+BASELINE_SHARE = 0.125
+#: Longest pair relative to ``window_s`` (the schedule draws 0.75–1.25 × the window).
+_LONGEST_WINDOW = 1.25
+
+
+@dataclass(frozen=True, slots=True)
+class TimeStructure:
+    """What the two profiles declare about how their load varies in time.
+
+    A cycle is the length of one repetition of the declared phases; ``0.0`` is a steady workload (a
+    duty cycle and no phases: its variation is shorter than any window); ``None``: the profile declares
+    neither phases nor a duty cycle, so its time structure is unknown."""
+
+    candidate_cycle_s: float | None
+    resident_cycle_s: float | None
+
+    @classmethod
+    def of(cls, candidate: WorkloadProfile, resident: WorkloadProfile) -> TimeStructure:
+        return cls(declared_cycle_s(candidate), declared_cycle_s(resident))
+
+    @property
+    def known(self) -> bool:
+        return self.candidate_cycle_s is not None and self.resident_cycle_s is not None
+
+
+def declared_cycle_s(profile: WorkloadProfile) -> float | None:
+    """The length of the profile's declared phase cycle, ``0.0`` for a steady profile (duty cycle, no
+    phases), ``None`` when it declares neither."""
+    if profile.phases:
+        return math.fsum(p.duration_s for p in profile.phases)
+    if profile.duty_cycle is not None:
+        return 0.0
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPlan:
+    """The probe's windows: ``window_s`` (each pair's windows are drawn from 0.75–1.25 × it),
+    ``coverage_pairs`` (the pairs a safe verdict needs to span ``horizon_s``), the resident's event rate
+    it was sized from, and ``why`` — one sentence for the probe's transitions and the certificate."""
+
+    window_s: float
+    coverage_pairs: int
+    horizon_s: float
+    events_per_s: float
+    throughput: bool
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unmeasurable:
+    """No window the budget allows holds a statistic of this resident: ``reason`` says why and what
+    would make it measurable."""
+
+    reason: str
+
+
+def plan_windows(
+    budget: RiskBudget,
+    *,
+    events: float,
+    baseline_s: float,
+    throughput: bool,
+    min_samples_per_window: int,
+    burst_pairs: int,
+    structure: TimeStructure | None,
+    time_left_s: float,
+) -> WindowPlan | Unmeasurable:
+    """Size the probe's windows from the baseline: ``events`` completed requests (or, for a throughput
+    monitor, steps of work, partial ones included) in ``baseline_s`` seconds of the resident alone.
+    ``burst_pairs``: the pairs the judge's burst rule needs. ``time_left_s``: the time budget left."""
+    unit = "steps of work" if throughput else "requests"
+    if not events > 0:
+        return Unmeasurable(
+            f"the resident gave no usable {unit} in {baseline_s:g} s alone: no window can measure it; "
+            "measurable would be a resident under load, or a monitor that reports "
+            + ("work done within a step" if throughput else "request latencies")
+        )
+    rate = events / baseline_s
+    if throughput:
+        need_s = STEPS_PER_WINDOW / rate
+        holds = f"{STEPS_PER_WINDOW:g} steps of work ({1 / rate:.3g} s a step alone)"
+    else:
+        target = max(TARGET_EVENTS_PER_WINDOW, 4.0 * min_samples_per_window)
+        need_s = target / rate
+        holds = f"{target:g} requests on average ({rate:.3g} requests/s alone)"
+    window_s = max(need_s, MIN_WINDOW_S)
+    if need_s <= budget.sampling_window_s:
+        window_s = min(window_s, budget.sampling_window_s)
+    pairs_fit = int(time_left_s // (2 * _LONGEST_WINDOW * window_s))
+    if pairs_fit < budget.min_windows:
+        return Unmeasurable(
+            f"a window must last {window_s:.3g} s to hold {holds}; the {time_left_s:.0f} s left of the time "
+            f"budget hold {pairs_fit} pair(s), fewer than min_windows {budget.min_windows}: measurable with "
+            f"max_probe_time_s of at least {budget.min_windows * 2 * _LONGEST_WINDOW * window_s + 1:.0f} s, or a "
+            + ("monitor that reports work within a step" if throughput else "resident that serves more requests")
+        )
+    if structure is not None and structure.known:
+        assert structure.candidate_cycle_s is not None and structure.resident_cycle_s is not None
+        longest = max(structure.candidate_cycle_s, structure.resident_cycle_s)
+        horizon_s = COVERAGE_CYCLES * longest
+        horizon_why = (
+            f"coverage {horizon_s:.3g} s ({COVERAGE_CYCLES:g} × the longer declared cycle, {longest:.3g} s)"
+            if longest > 0
+            else "both profiles declare steady load (no phases)"
+        )
+    else:
+        horizon_s = burst_pairs * 2 * budget.sampling_window_s
+        horizon_why = (
+            f"coverage {horizon_s:.3g} s (a profile declares neither phases nor a duty cycle: the policy's "
+            f"{burst_pairs} pairs of {budget.sampling_window_s:g} s)"
+        )
+    coverage_pairs = math.ceil(horizon_s / (2 * window_s)) if horizon_s > 0 else 0
+    why = f"windows of {window_s:.3g} s hold {holds}; {horizon_why}"
+    if coverage_pairs > pairs_fit:
+        why += f"; the budget holds {pairs_fit} pairs, fewer than the {coverage_pairs} the coverage needs: no safe verdict can be reached"
+    return WindowPlan(window_s, coverage_pairs, horizon_s, rate, throughput, why)
