@@ -585,6 +585,8 @@ class _Run:
             measured += 1
             fresh = preprocess_window(sample.latencies_ms, self.settings)
             if fresh.statistic_ms is not None:
+                # A window of the resident alone, like any off-window: later pauses count it too.
+                self._add_off(fresh)
                 off_values.append(_p99(fresh) if use_p99 else fresh.statistic_ms)
 
     def final_judgment(self, why: str) -> None:

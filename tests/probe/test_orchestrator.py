@@ -504,3 +504,29 @@ async def test_a_failing_progress_display_never_decides_the_probe() -> None:
     assert bench.rollbacks == 1 and result.rollback_verified
     assert calls[-1] == "PROBING"  # never called again after it failed
     assert states(result)[-1] == "RECORDED"
+
+
+@pytest.mark.anyio
+async def test_an_slo_breach_the_resident_makes_alone_is_not_recorded_against_the_candidate() -> None:
+    """The resident's own tail breaches its SLO in a third of its windows with no candidate at all: the
+    SLO rule stops the candidate's load each time, the attribution test finds the resident's own windows
+    breach as often, and the probe resumes instead of recording *unsafe*."""
+    bench = Bench(slowdown_pct=0.0)
+    monitor = FakeMonitor(bench, behaviour="spiky", seed=3, samples_per_window=50)
+    result = await probe(FakeExecutor(bench), monitor, budget=budget(max_probe_time_s=8.0),
+                         slo_latency_p99_ms=bench.base_ms * 2)
+    assert result.outcome != "unsafe", result.rollback_reason
+    assert result.attribution is not None and "not attributable to the candidate" in result.attribution
+    resumed = [t for t in result.transitions if "not the candidate's, the probe resumes" in t.message]
+    assert resumed and bench.rollbacks == 1
+
+
+@pytest.mark.anyio
+async def test_an_slo_breach_the_candidate_causes_is_attributed_and_recorded_unsafe() -> None:
+    bench = Bench(slowdown_pct=300.0)
+    monitor = FakeMonitor(bench, behaviour="good", seed=3, samples_per_window=50)
+    result = await probe(FakeExecutor(bench), monitor, budget=budget(max_probe_time_s=8.0),
+                         slo_latency_p99_ms=bench.base_ms * 2)
+    assert result.outcome == "unsafe" and result.judgment is not None and result.judgment.rule == "slo"
+    assert result.attribution is not None and result.attribution.startswith("attributed to the candidate")
+    assert result.to_summary_dict()["attribution"] == result.attribution

@@ -90,7 +90,9 @@ class FakeExecutor:
 @dataclass
 class FakeMonitor:
     bench: Bench
-    behaviour: str = "good"  # good | nan | garbage | empty | slow | raise | sleepless | stall-on | sparse-on
+    # good | nan | garbage | empty | slow | raise | sleepless | stall-on | sparse-on | spiky (the resident's
+    # own tail: a window in three holds a request 3 × slower, with the candidate or without it)
+    behaviour: str = "good"
     seed: int = 0
     samples_per_window: int = 30
     name: str = "fake-monitor"
@@ -127,9 +129,10 @@ class FakeMonitor:
             return WindowSample([self.bench.base_ms], duration_s)
         factor = 1.0 + (self.bench.slowdown_pct / 100.0 if self.bench.on else 0.0)
         mean = self.bench.base_ms * factor
-        return WindowSample(
-            [self.rng.gauss(mean, mean * 0.05) for _ in range(self.samples_per_window)], duration_s
-        )
+        values = [self.rng.gauss(mean, mean * 0.05) for _ in range(self.samples_per_window)]
+        if self.behaviour == "spiky" and self.rng.random() < 1 / 3:
+            values[0] = 3 * mean
+        return WindowSample(values, duration_s)
 
     async def close(self) -> None:
         self.closed = True
