@@ -43,10 +43,13 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=THREADS[:GRID[:DYN_SMEM]]",
-        help="one kernel's launch shape (repeatable); overrides --threads",
+        help="one kernel's launch shape (repeatable); overrides --threads. NAME as cuobjdump prints it "
+        "(_Z11gemm_kernelPfi), or a C++ kernel's name without parameters (gemm_kernel, ns::gemm_kernel) "
+        "when only one kernel has it",
     )
     binary.add_argument(
-        "--kernel", action="append", default=[], metavar="NAME", help="keep only these kernels"
+        "--kernel", action="append", default=[], metavar="NAME",
+        help="keep only these kernels (repeatable; names as for --launch)"
     )
     binary.set_defaults(handler=run_from_binary)
 
@@ -101,7 +104,12 @@ def run_from_binary(args: argparse.Namespace) -> int:
 
     from canary.envelope.binary import from_binary, parse_arch, parse_launch
 
-    launches = dict(parse_launch(text) for text in args.launch)
+    launches = {}
+    for text in args.launch:
+        name, launch = parse_launch(text)
+        if name in launches:
+            raise InputError(f"{name} is given twice", field="--launch")
+        launches[name] = launch
     peak = _size(args.memory_peak, "--memory-peak")
     assert peak is not None  # argparse requires it
     if args.threads is not None and not 1 <= args.threads <= 1024:
