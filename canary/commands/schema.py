@@ -1,11 +1,11 @@
 """``canary schema profile|snapshot|policy|certificate``: JSON Schema for editors and validators.
 
-The profile, snapshot and policy schemas describe the files ``canary`` reads and accept what its loader
-accepts: sizes as bytes or with a unit (``40Gi``, ``18GB``), and in a snapshot file a resident's
-``profile`` as a path to a profile file (relative to the snapshot) instead of the profile itself (files
-only: the service takes profiles by value). Rules
-that span fields (peak at least reserved, MIG placements against the catalog …) are checked on loading
-only; the field descriptions say them.
+The profile, snapshot and policy schemas describe the files ``canary`` reads and accept what its
+loader accepts: sizes as bytes or with a unit (``40Gi``, ``18GB``), and in a snapshot file a
+resident's ``profile`` as a path to a profile file (relative to the snapshot) instead of the profile
+itself (files only: the service takes profiles by value). Rules that span fields (peak at least
+reserved, MIG placements against the catalog …) and a size string's whole-byte and 64 TiB limits
+are checked on loading only; the field descriptions say them.
 """
 
 from __future__ import annotations
