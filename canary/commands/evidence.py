@@ -361,7 +361,6 @@ def run_expire(args: argparse.Namespace) -> int:
     if not args.yes:
         from sqlalchemy import func, select
 
-        from canary.errors import UsageError
         from evidence_store.models import Evidence
 
         query = select(func.count()).select_from(Evidence).where(Evidence.status == "current")
@@ -370,11 +369,10 @@ def run_expire(args: argparse.Namespace) -> int:
         with store(args.db) as engine, session_scope(engine, read_only=True) as session:
             would = session.scalar(query) or 0
         scope = f"created before {args.before}" if before is not None else "(every current record)"
-        raise UsageError(
-            f"would mark {would} current record(s) {scope} stale, so no admission can use them; "
-            "add --yes to do it",
-            field="--yes",
-        )
+        again = "canary evidence expire" + (f" --before {args.before}" if before is not None else "") + " --yes"
+        sys.stdout.write(f"preview: nothing changed. This would mark {would} current record(s) {scope} stale, so "
+                         f"no admission can use them.\nto do it: {again}\n")  # a preview is not an error
+        return EXIT_ADMIT
     with store(args.db) as engine, session_scope(engine) as session:
         count = expire(session, before=before)
     sys.stdout.write(f"{count} record(s) marked stale\n")
