@@ -1,4 +1,5 @@
-"""``canary evidence list|show|expire|revoke|export|import`` — the pairwise evidence cache.
+"""``canary evidence list|show|certificates|expire|revoke|export|import`` — the pairwise evidence cache
+and the stored certificates.
 
 Evidence is append-only: expiring, revoking and driver changes change a record's status, never delete
 it. Export writes JSON lines (a header line, then one record per line); import validates every line
