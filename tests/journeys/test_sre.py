@@ -52,9 +52,9 @@ def test_sre_after_a_driver_upgrade(tmp_path: Path, steps: Steps) -> None:
         code, report = cli.json("revalidate", "--driver", NEW, "--device-type", "h100-sxm", "--plan", plan,
                                 want=0)
         assert report["stale_marked"] == 1, report
-        [pair] = report["pairs"]
-        assert pair["status"] == "probed" and pair["old_driver"] == OLD, pair
-        assert pair["outcome"] in ("safe", "unsafe", "inconclusive") and pair["old_outcome"], pair
+        [probed] = report["pairs"]
+        assert probed["status"] == "probed" and probed["old_driver"] == OLD, probed
+        assert probed["outcome"] in ("safe", "unsafe", "inconclusive") and probed["old_outcome"], probed
 
     with steps.step("the store keeps the old record as stale and holds a current one under the new driver"):
         records = cli.evidence()
