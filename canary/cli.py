@@ -37,12 +37,24 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+def _stderr(text: str) -> None:
+    """Write a message to stderr; a closed stderr (``2>&-``: ``sys.stderr`` is ``None``) or a reader that
+    left drops it — the exit code still says what happened."""
+    if sys.stderr is None:
+        return
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one clear line (its default already uses 2) and no usage spam."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        _stderr(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
 
@@ -149,20 +161,20 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
             sim_driver_token = set_sim_driver(args.sim_driver)
         return handler(args)
     except CanaryError as exc:  # control characters from names on the command line are shown escaped
-        sys.stderr.write("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
+        _stderr("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write("canary: interrupted\n")
+        _stderr("canary: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
     except ValueError as exc:  # os.stat/open on a name with a NUL byte: bad input, not a crash
         if "null" not in str(exc):
             raise
-        sys.stderr.write("canary: a file name on the command line holds a NUL character\n")
+        _stderr("canary: a file name on the command line holds a NUL character\n")
         return EXIT_BAD_INPUT
     except OSError as exc:  # unreadable files etc. that escaped a command's own checks
-        sys.stderr.write(f"canary: {exc.strerror or exc}: {exc.filename or ''}\n")
+        _stderr(f"canary: {exc.strerror or exc}: {exc.filename or ''}\n")
         return EXIT_OPERATIONAL
     finally:
         if sim_driver_token is not None:
