@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
                             "committed together. Exit 0 admit, 1 reject, 3 unknown, 2 bad input, 4 failure.")
     add_fit_arguments(parser)
     parser.add_argument("--no-probe", action="store_true", help="decide from stage 1 and evidence only")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the simulated device (simulated devices only)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the simulated device (simulated devices only; default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(handler=run_admit)
 

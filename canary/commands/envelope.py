@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
             "and a block size (--threads or --launch) are required."
         ),
     )
-    binary.add_argument("file", metavar="FILE")
+    binary.add_argument("file", metavar="FILE", help="the executable, shared library, cubin or fatbin to read")
     binary.add_argument("--arch", help="architecture to read (sm_90); needed when the binary holds several")
     binary.add_argument("--name", help="profile name (default: the file name)")
     binary.add_argument("--out", metavar="PROFILE", help="write the draft here instead of standard output")
@@ -63,7 +63,8 @@ def add_parser(subparsers: Any) -> None:
     rec.add_argument("--name", help="profile name (default: the command's name)")
     rec.add_argument("--version", dest="workload_version", help="workload version (digest or semver)")
     rec.add_argument("--out", metavar="PROFILE", help="write the draft here instead of standard output")
-    rec.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND …")
+    rec.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND …",
+                     help="the workload to run and record, after --")
     rec.set_defaults(handler=run_record)
     parser.set_defaults(handler=lambda args: _usage(parser))
 

@@ -76,7 +76,7 @@ def add_parser(subparsers: Any) -> None:
     exp.set_defaults(handler=run_expire)
 
     rev = sub.add_parser("revoke", help="revoke one record, with a reason")
-    rev.add_argument("id", metavar="ID")
+    rev.add_argument("id", metavar="ID", help="evidence id (or a unique prefix)")
     rev.add_argument("--why", required=True, metavar="TEXT", help="why the record must not be used")
     rev.set_defaults(handler=run_revoke)
 
@@ -91,7 +91,7 @@ def add_parser(subparsers: Any) -> None:
         help="add the records of FILE (all or nothing; never overwrites; checked against the policy; "
         "marked imported, never outweighing this store's own evidence)",
     )
-    im.add_argument("file", metavar="FILE")
+    im.add_argument("file", metavar="FILE", help="a file written by canary evidence export (JSON lines)")
     im.add_argument("--policy", help="policy the records are checked against (default: default)")
     im.add_argument("--key", metavar="KEYFILE",
                     help="accept only files signed with this fleet key (default: $CANARY_FLEET_KEY_FILE)")

@@ -28,7 +28,8 @@ def add_parser(sub: Any) -> None:
         "schema", help="print the JSON Schema of a document type", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("kind", choices=["profile", "snapshot", "policy", "certificate"])
+    parser.add_argument("kind", choices=["profile", "snapshot", "policy", "certificate"],
+                        help="the document type: profile, snapshot, policy or certificate")
     parser.set_defaults(handler=run)
 
 

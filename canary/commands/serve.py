@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
     ls = ts.add_parser("list", help="tokens (ids, names, scopes; never secrets)")
     ls.set_defaults(handler=run_token_list)
     rv = ts.add_parser("revoke", help="revoke a token (it stops working within the servers' token cache time)")
-    rv.add_argument("id")
+    rv.add_argument("id", help="the token's id (canary tokens list)")
     rv.set_defaults(handler=run_token_revoke)
 
 
