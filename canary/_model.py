@@ -240,3 +240,54 @@ def validate_document(model: type[M], data: Any, *, file: str | None = None) -> 
 
 def load_document(model: type[M], path: str | Path) -> M:
     return validate_document(model, read_document(path), file=str(path))
+
+
+# --- JSON Schema of documents ----------------------------------------------------------------------
+
+
+def _size_pattern() -> str:
+    """The regular expression of a size string, built from the loader's own unit table (``canary.units``),
+    written without flags (JSON Schema patterns are ECMA-262): each unit letter in either case."""
+    from canary.units import _DOCUMENT_UNITS
+
+    units = sorted((u for u in _DOCUMENT_UNITS if u), key=lambda u: (-len(u), u))
+    spelled = "|".join("".join(f"[{ch.lower()}{ch.upper()}]" for ch in unit) for unit in units)
+    return rf"^\s*[0-9]*\.?[0-9]+\s*(?:{spelled})?\s*$"
+
+
+def size_json_schema() -> dict[str, Any]:
+    """What a size field (``canary.units.Bytes``) accepts in a document: a whole number of bytes, or a
+    number with a unit."""
+    from canary.units import MAX_BYTES
+
+    return {
+        "anyOf": [
+            {"type": "integer", "minimum": 0, "maximum": MAX_BYTES, "description": "bytes"},
+            {
+                "type": "string",
+                "pattern": _size_pattern(),
+                "description": "a number with a unit, any letter case: KiB MiB GiB TiB PiB or Ki Mi Gi Ti Pi "
+                "(powers of 1024), kB MB GB TB PB or k M G T P (powers of 1000), B; e.g. 40Gi, 18GB, 512MiB, "
+                "1.5Gi. It must come out a whole number of bytes, at most 64 TiB",
+            },
+        ]
+    }
+
+
+def document_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema (2020-12) a document of ``model`` must satisfy to load: as pydantic describes the
+    model, except that size fields (``canary.units.Bytes``, read by a validator before the integer check)
+    take an integer or a size string such as ``40Gi`` (:func:`size_json_schema`), as the loader does."""
+    from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+    from pydantic_core import core_schema
+
+    from canary.units import parse_bytes
+
+    class DocumentJsonSchema(GenerateJsonSchema):
+        def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema) -> JsonSchemaValue:
+            if schema["function"]["function"] is parse_bytes:
+                return size_json_schema()
+            return super().function_before_schema(schema)
+
+    schema = model.model_json_schema(mode="validation", schema_generator=DocumentJsonSchema)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

@@ -37,26 +37,79 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+def _stderr(text: str) -> None:
+    """Write a message to stderr; a closed stderr (``2>&-``: ``sys.stderr`` is ``None``) or a reader that
+    left drops it — the exit code still says what happened."""
+    if sys.stderr is None:
+        return
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with one clear line (its default already uses 2) and no usage spam."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        _stderr(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def _add_globals(parser: argparse.ArgumentParser) -> None:
+PACKAGE = "canary-gpu"
+"""The distribution whose installed metadata ``--version`` reports."""
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, read only when asked (start-up stays fast)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
+                         help="print the installed version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version(PACKAGE)
+        except PackageNotFoundError:
+            text = f"unknown ({PACKAGE} is not installed: running from a source tree)"
+        sys.stdout.write(f"{parser.prog} {text}\n")
+        parser.exit(0)
+
+
+def _add_globals(parser: argparse.ArgumentParser, *, top: bool = True) -> None:
+    """The options every command takes, before or after the command's name. On a subcommand they
+    leave what the top level parsed alone unless given there (``SUPPRESS``); ``-v`` counts both."""
     parser.add_argument(
         "--db",
-        default=os.environ.get("CANARY_DB_URL") or None,
+        default=(os.environ.get("CANARY_DB_URL") or None) if top else argparse.SUPPRESS,
         help="evidence store URL (default: $CANARY_DB_URL, else a SQLite file in the user data directory)",
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more detail on stderr")
+    parser.add_argument("-v", "--verbose", action="count", dest="verbose" if top else "verbose_after",
+                        default=0 if top else argparse.SUPPRESS, help="more detail on stderr (repeat for more)")
+    parser.add_argument(
+        "--sim-driver", default=None if top else argparse.SUPPRESS, metavar="VERSION",
+        help="the driver version simulated devices (catalog names, snapshot files) report, e.g. to rehearse a "
+        "driver upgrade with `canary revalidate --driver VERSION` (default: $CANARY_SIM_DRIVER, else "
+        "simulator-1; a snapshot file's own driver_version without either)",
+    )
+
+
+def _add_globals_everywhere(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share one parser
+                _add_globals(sub, top=False)
+                _add_globals_everywhere(sub)
 
 
 def build_parser(modules: Sequence[str] = COMMAND_MODULES, prog: str = "canary") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="May this GPU workload share this GPU now? And why.")
+    parser.add_argument("--version", action=_Version)
     _add_globals(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in modules:
@@ -67,6 +120,7 @@ def build_parser(modules: Sequence[str] = COMMAND_MODULES, prog: str = "canary")
                 continue  # command group not built into this installation
             raise
         module.add_parser(sub)
+    _add_globals_everywhere(parser)
     return parser
 
 
@@ -88,32 +142,45 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         # argparse leaves [] in a one-value positional for "PROFILE -- --" instead of refusing it
         if isinstance(getattr(args, dest, None), list):
             parser.error(f"argument {dest.upper()}: expected one value")
+    args.verbose = getattr(args, "verbose", 0) + getattr(args, "verbose_after", 0)
+    if hasattr(args, "verbose_after"):
+        del args.verbose_after
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
+    sim_driver_token = None
     try:
         if getattr(args, "db", None) is not None:  # checked before any command connects or creates a file
             from evidence_store.location import check_db_url
 
             check_db_url(args.db)
+        if getattr(args, "sim_driver", None) is not None:
+            from canary.backends import set_sim_driver
+
+            sim_driver_token = set_sim_driver(args.sim_driver)
         return handler(args)
     except CanaryError as exc:  # control characters from names on the command line are shown escaped
-        sys.stderr.write("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
+        _stderr("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write("canary: interrupted\n")
+        _stderr("canary: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
     except ValueError as exc:  # os.stat/open on a name with a NUL byte: bad input, not a crash
         if "null" not in str(exc):
             raise
-        sys.stderr.write("canary: a file name on the command line holds a NUL character\n")
+        _stderr("canary: a file name on the command line holds a NUL character\n")
         return EXIT_BAD_INPUT
     except OSError as exc:  # unreadable files etc. that escaped a command's own checks
-        sys.stderr.write(f"canary: {exc.strerror or exc}: {exc.filename or ''}\n")
+        _stderr(f"canary: {exc.strerror or exc}: {exc.filename or ''}\n")
         return EXIT_OPERATIONAL
+    finally:
+        if sim_driver_token is not None:
+            from canary.backends import reset_sim_driver
+
+            reset_sim_driver(sim_driver_token)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,6 +192,7 @@ def gpu_fit_main(argv: Sequence[str] | None = None) -> int:
     from canary.commands import fit
 
     parser = _Parser(prog="gpu-fit", description="Stage-1 fit and evidence lookup; never probes.")
+    parser.add_argument("--version", action=_Version)
     _add_globals(parser)
     fit.add_fit_arguments(parser)
     return _run(parser, argv)

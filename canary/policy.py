@@ -35,17 +35,30 @@ class RiskBudget(Model):
     ratio), over the probe. ``required_confidence``: the probability
     that a *safe* verdict is right (1 − false-admit rate the judge guarantees)."""
 
-    max_probe_time_s: float = Field(gt=0, le=3600)
-    max_requests_exposed: int = Field(ge=1)
-    max_resident_slowdown_pct: float = Field(gt=0, le=1000)
-    required_confidence: float = Field(gt=0.5, lt=1)
-    rollback_on_slo_violation: bool = True
-    baseline_window_s: float = Field(default=2.0, gt=0)
-    sampling_window_s: float = Field(default=1.0, gt=0)
-    min_windows: int = Field(default=2, ge=1)
+    max_probe_time_s: float = Field(gt=0, le=3600, description="the longest a probe may run, in seconds")
+    max_requests_exposed: int = Field(ge=1, description="the most requests (or launches) the canary may serve")
+    max_resident_slowdown_pct: float = Field(
+        gt=0, le=1000, description="the largest resident slowdown that still counts as safe, in percent (10 = 10% "
+        "slower)"
+    )
+    required_confidence: float = Field(
+        gt=0.5, lt=1, description="the probability a safe verdict is right (1 - the false-admit rate)"
+    )
+    rollback_on_slo_violation: bool = Field(
+        default=True, description="roll back at once when an on-window breaches the resident's SLO"
+    )
+    baseline_window_s: float = Field(
+        default=2.0, gt=0, description="length of the resident-alone window before the canary starts, in seconds"
+    )
+    sampling_window_s: float = Field(default=1.0, gt=0, description="length of each on- or off-window, in seconds")
+    min_windows: int = Field(default=2, ge=1, description="the judge never decides on fewer on/off window pairs than this")
     # Judge and guard knobs (policy, not code): see docs/canary.md "Judge".
-    window_statistic: Literal["mean", "median"] = "mean"
-    min_samples_per_window: int = Field(default=3, ge=1)
+    window_statistic: Literal["mean", "median"] = Field(
+        default="mean", description="the statistic of a window's latencies the judge compares"
+    )
+    min_samples_per_window: int = Field(
+        default=3, ge=1, description="a window with fewer of the resident's samples is not used"
+    )
     outlier_factor: float | None = Field(
         default=None,
         gt=1,
@@ -113,8 +126,10 @@ class RiskBudget(Model):
 
 
 class Policy(Model):
-    name: str = Field(min_length=1)
-    description: str = ""
+    """Memory headroom, risk budgets per workload class, evidence TTL, what to do on unknown."""
+
+    name: str = Field(min_length=1, description="the policy's name (default, batch …)")
+    description: str = Field(default="", description="free text for people")
     memory_headroom_pct: float = Field(
         default=5.0, ge=0, le=50,
         description="HBM kept free, in percent of the device (the larger of this and memory_headroom_bytes): "

@@ -25,17 +25,30 @@ class MemoryEnvelope(Model):
     shrink) within ``reclaim_deadline_ms`` (``None``: it cannot promise a deadline, so nothing counts
     as reclaimable for a candidate that needs memory now)."""
 
-    reserved_bytes: Bytes
-    peak_bytes: Bytes
-    reclaimable_bytes: Bytes = 0
-    reclaim_deadline_ms: float | None = Field(default=None, ge=0)
+    reserved_bytes: Bytes = Field(
+        description="device memory taken at start and held (weights, KV-cache pool); bytes or a size such as 40Gi"
+    )
+    peak_bytes: Bytes = Field(
+        description="the most device memory the workload ever holds (reserved + activations, graphs); at least "
+        "reserved_bytes"
+    )
+    reclaimable_bytes: Bytes = Field(
+        default=0,
+        description="memory it can give back on request (a cache it can shrink) within reclaim_deadline_ms; at most "
+        "peak_bytes",
+    )
+    reclaim_deadline_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="how fast it gives reclaimable memory back; None = no promise, so nothing counts as reclaimable",
+    )
     acquire_deadline_ms: float | None = Field(
         default=None,
         ge=0,
         description="as a candidate: how long it may wait at start for residents to give memory back; "
         "None = it needs its memory at once",
     )
-    source: NumberSource = "declared"
+    source: NumberSource = Field(default="declared", description="where these numbers come from")
 
     @model_validator(mode="after")
     def _consistent(self) -> "MemoryEnvelope":
@@ -52,45 +65,74 @@ class KernelSpec(Model):
     ``static_shared_bytes`` is what ptxas reports (without the 1 KiB per-block system reserve that
     the occupancy rules add themselves)."""
 
-    name: str = Field(min_length=1)
-    registers_per_thread: int = Field(ge=0, le=255)
-    threads_per_block: int = Field(ge=1, le=1024)
-    static_shared_bytes: Bytes = 0
-    dynamic_shared_bytes: Bytes = 0
-    grid_blocks: int | None = Field(default=None, ge=1)
-    persistent: bool = False
-    gpu_time_share: Fraction | None = Field(default=None, ge=0, le=1)
-    barriers: int = Field(default=1, ge=0, le=16)
-    dram_intensity: Fraction | None = Field(default=None, ge=0, le=1)
-    source: NumberSource = "declared"
-    note: str | None = None
+    name: str = Field(min_length=1, description="the kernel's name, unique within the profile")
+    registers_per_thread: int = Field(ge=0, le=255, description="registers per thread, as ptxas reports them")
+    threads_per_block: int = Field(ge=1, le=1024, description="threads per block at launch")
+    static_shared_bytes: Bytes = Field(
+        default=0, description="static shared memory per block, as ptxas reports it (without the 1 KiB system reserve)"
+    )
+    dynamic_shared_bytes: Bytes = Field(default=0, description="dynamic shared memory per block requested at launch")
+    grid_blocks: int | None = Field(default=None, ge=1, description="blocks per launch; None = unknown")
+    persistent: bool = Field(
+        default=False, description="true for a persistent kernel whose blocks stay resident on their SMs"
+    )
+    gpu_time_share: Fraction | None = Field(
+        default=None, ge=0, le=1, description="fraction of the workload's GPU time spent in this kernel; None = unknown"
+    )
+    barriers: int = Field(default=1, ge=0, le=16, description="named barriers per block (ptxas 'barriers')")
+    dram_intensity: Fraction | None = Field(
+        default=None, ge=0, le=1, description="fraction of peak DRAM bandwidth the kernel uses while it runs; None = unknown"
+    )
+    source: NumberSource = Field(default="declared", description="where these numbers come from")
+    note: str | None = Field(default=None, description="free text, e.g. the ptxas line the numbers were read from")
 
 
 class Phase(Model):
     """A stretch of the workload's life with steady behaviour (prefill burst, idle gap, epoch)."""
 
-    name: str = Field(min_length=1)
-    duration_s: float = Field(gt=0)
-    duty_cycle: Fraction = Field(ge=0, le=1)
-    dram_intensity: Fraction = Field(default=0.0, ge=0, le=1)
-    sm_share: Fraction | None = Field(default=None, ge=0, le=1)
-    memory_bytes: Bytes | None = None
+    name: str = Field(min_length=1, description="the phase's name (prefill, idle, epoch …)")
+    duration_s: float = Field(gt=0, description="how long the phase lasts, in seconds")
+    duty_cycle: Fraction = Field(ge=0, le=1, description="fraction of the phase the GPU is busy with this workload")
+    dram_intensity: Fraction = Field(
+        default=0.0, ge=0, le=1, description="fraction of peak DRAM bandwidth used while busy in this phase"
+    )
+    sm_share: Fraction | None = Field(
+        default=None, ge=0, le=1, description="fraction of the SMs the phase occupies; None = unknown"
+    )
+    memory_bytes: Bytes | None = Field(
+        default=None, description="device memory held during the phase; bytes or a size such as 18Gi; None = unknown"
+    )
 
 
 class SharingModes(Model):
     """How the workload accepts to share a device. ``mps_active_thread_pct=None``: no MPS."""
 
-    timeslice: bool = True
-    streams: bool = False
-    mps_active_thread_pct: int | None = Field(default=None, ge=1, le=100)
-    mig_profiles: tuple[str, ...] = ()
-    green_sms: int | None = Field(default=None, ge=1)
+    timeslice: bool = Field(default=True, description="accepts time-slicing with other processes' contexts")
+    streams: bool = Field(default=False, description="accepts sharing one process's context on separate streams")
+    mps_active_thread_pct: int | None = Field(
+        default=None, ge=1, le=100, description="accepts MPS with this active-thread percentage; None = no MPS"
+    )
+    mig_profiles: tuple[str, ...] = Field(
+        default=(), description="MIG GPU-instance profiles it can run in (e.g. 3g.40gb); empty = no MIG"
+    )
+    green_sms: int | None = Field(
+        default=None, ge=1, description="accepts a green-context partition of this many SMs; None = no green context"
+    )
 
 
 class Slo(Model):
-    latency_p99_ms: float | None = Field(default=None, gt=0)
-    throughput_min_rps: float | None = Field(default=None, gt=0)
-    max_slowdown_pct: float | None = Field(default=None, ge=0, le=1000)
+    """The workload's service-level objective as a resident: what a probe must not breach."""
+
+    latency_p99_ms: float | None = Field(
+        default=None, gt=0, description="99th-percentile request latency it must stay under, in ms; None = none"
+    )
+    throughput_min_rps: float | None = Field(
+        default=None, gt=0, description="lowest throughput it must keep, in requests per second; None = none"
+    )
+    max_slowdown_pct: float | None = Field(
+        default=None, ge=0, le=1000, description="largest slowdown it tolerates, in percent (10 = 10% slower); "
+        "None = the policy's bound"
+    )
 
 
 class CanarySpec(Model):
@@ -98,21 +140,46 @@ class CanarySpec(Model):
 
     Commands come only from profiles on disk, never from a request body."""
 
-    executor: Literal["sim", "process", "cuda"] = "sim"
-    command: tuple[str, ...] | None = None
-    workdir: str | None = None
-    endpoint: str | None = None
-    request_path: str = "/"
-    request_method: Literal["GET", "POST"] = "GET"
-    request_body: str | None = None
-    ready_path: str | None = None
-    startup_timeout_s: float = Field(default=30.0, gt=0, le=600)
-    monitor: Literal["sim", "http", "prometheus"] = "sim"
-    metrics_url: str | None = None
-    latency_metric: str | None = None
-    cubin: str | None = None
-    kernel: str | None = None
-    grid_blocks: int | None = Field(default=None, ge=1)
+    executor: Literal["sim", "process", "cuda"] = Field(
+        default="sim", description="how the canary is started: simulated, as a process (command), or as CUDA "
+        "kernels from a cubin"
+    )
+    command: tuple[str, ...] | None = Field(
+        default=None, description="argv of the candidate process (executor 'process'); its executable must be "
+        "allowed by the policy's candidate_commands"
+    )
+    workdir: str | None = Field(default=None, description="working directory of the candidate process")
+    endpoint: str | None = Field(
+        default=None, description="base URL the canary's requests (as candidate) or timed requests (as resident, "
+        "monitor 'http') go to; its host must be in the policy's probe_hosts"
+    )
+    request_path: str = Field(default="/", description="path of each request sent to the endpoint")
+    request_method: Literal["GET", "POST"] = Field(default="GET", description="HTTP method of each request")
+    request_body: str | None = Field(default=None, description="body of each POST request; None = empty")
+    ready_path: str | None = Field(
+        default=None, description="path polled until it answers 2xx before requests start; None = until the endpoint accepts "
+        "connections"
+    )
+    startup_timeout_s: float = Field(
+        default=30.0, gt=0, le=600, description="how long the candidate may take to become ready, in seconds"
+    )
+    monitor: Literal["sim", "http", "prometheus"] = Field(
+        default="sim", description="how the workload is measured as a resident: simulated, timed HTTP requests, "
+        "or a Prometheus latency histogram"
+    )
+    metrics_url: str | None = Field(
+        default=None, description="Prometheus endpoint (monitor 'prometheus'); its host must be in probe_hosts"
+    )
+    latency_metric: str | None = Field(
+        default=None, description="name of the latency histogram at metrics_url (monitor 'prometheus')"
+    )
+    cubin: str | None = Field(
+        default=None, description="cubin file the cuda executor loads; inside one of the policy's candidate_cubin_dirs"
+    )
+    kernel: str | None = Field(default=None, description="kernel in the cubin the cuda executor launches")
+    grid_blocks: int | None = Field(
+        default=None, ge=1, description="blocks per launch for the cuda executor; None = the kernel's grid_blocks"
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> "CanarySpec":
@@ -128,31 +195,53 @@ class CanarySpec(Model):
 
 
 class Provenance(Model):
-    source: NumberSource = "declared"
-    tool: str | None = None
-    created: dt.datetime | None = None
-    notes: str | None = None
-    coverage: Fraction | None = Field(default=None, ge=0, le=1)
-    shape_families_covered: tuple[str, ...] = ()
+    """Where the profile came from and how much of the workload it covers."""
+
+    source: NumberSource = Field(default="declared", description="where the profile's numbers come from")
+    tool: str | None = Field(default=None, description="the tool that wrote the profile, with its version")
+    created: dt.datetime | None = Field(default=None, description="when the profile was written (ISO 8601)")
+    notes: str | None = Field(default=None, description="free text")
+    coverage: Fraction | None = Field(
+        default=None, ge=0, le=1, description="fraction of the workload's GPU time the listed kernels account for"
+    )
+    shape_families_covered: tuple[str, ...] = Field(
+        default=(), description="shape families the numbers were measured on"
+    )
 
 
 class WorkloadProfile(Model):
     """The envelope of one workload version on one shape family."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="the workload's name (llm-decode)")
     version: str = Field(min_length=1, description="digest or semver of the exact binary/image/model")
-    shape_family: str = Field(default="any", min_length=1)
-    workload_class: WorkloadClass = "batch"
-    latency_critical: bool = False
-    memory: MemoryEnvelope
-    kernels: tuple[KernelSpec, ...] = ()
-    phases: tuple[Phase, ...] = ()
-    duty_cycle: Fraction | None = Field(default=None, ge=0, le=1)
-    dram_intensity: Fraction | None = Field(default=None, ge=0, le=1)
-    sharing: SharingModes = SharingModes()
-    slo: Slo | None = None
-    canary: CanarySpec | None = None
-    provenance: Provenance = Provenance()
+    shape_family: str = Field(
+        default="any", min_length=1, description="the class of input shapes the profile covers (bs<=32,seq<=4096)"
+    )
+    workload_class: WorkloadClass = Field(
+        default="batch", description="which of the policy's risk budgets applies when it is the resident"
+    )
+    latency_critical: bool = Field(
+        default=False, description="its kernels must run concurrently with a resident's (no waiting for a time slice)"
+    )
+    memory: MemoryEnvelope = Field(description="the device memory it holds")
+    kernels: tuple[KernelSpec, ...] = Field(
+        default=(), description="its kernels' static resources; empty = compute dimensions unknown"
+    )
+    phases: tuple[Phase, ...] = Field(default=(), description="stretches of steady behaviour, in order")
+    duty_cycle: Fraction | None = Field(
+        default=None, ge=0, le=1, description="fraction of time the GPU is busy with it; None = from phases, or unknown"
+    )
+    dram_intensity: Fraction | None = Field(
+        default=None, ge=0, le=1, description="fraction of peak DRAM bandwidth used while busy; None = from phases, "
+        "or unknown"
+    )
+    sharing: SharingModes = Field(default=SharingModes(), description="the sharing modes it accepts")
+    slo: Slo | None = Field(default=None, description="its service-level objective as a resident; None = none stated")
+    canary: CanarySpec | None = Field(
+        default=None, description="how to run it as a canary and watch it as a resident; None = the simulated executor and "
+        "monitor"
+    )
+    provenance: Provenance = Field(default=Provenance(), description="where the profile came from")
 
     @model_validator(mode="after")
     def _unique_kernels(self) -> "WorkloadProfile":

@@ -25,44 +25,67 @@ SnapshotSource = Literal["simulated", "file", "nvml", "cuda", "rocm", "dcgm-expo
 class Measured(Model):
     """A telemetry value with when and how it was measured (window averages, as NVML/DCGM report)."""
 
-    value: float
-    observed_at: dt.datetime | None = None
-    window_s: float | None = Field(default=None, gt=0)
-    source: str = "declared"
+    value: float = Field(description="the measured value, in the unit the field's name gives")
+    observed_at: dt.datetime | None = Field(default=None, description="when it was measured (ISO 8601); None = unknown")
+    window_s: float | None = Field(
+        default=None, gt=0, description="the averaging window the value covers, in seconds; None = unknown"
+    )
+    source: str = Field(default="declared", description="where the value comes from (nvml, dcgm-exporter, declared …)")
 
 
 class Telemetry(Model):
-    utilization_gpu_pct: Measured | None = None
-    sm_active_pct: Measured | None = None
-    sm_occupancy_pct: Measured | None = None
-    dram_active_pct: Measured | None = None
-    power_w: Measured | None = None
-    power_limit_w: Measured | None = None
-    temperature_c: Measured | None = None
-    clock_event_reasons: tuple[str, ...] | None = None
+    """What the device reports about its recent activity; context for a reader, never a capacity."""
+
+    utilization_gpu_pct: Measured | None = Field(
+        default=None, description="percent of time a kernel ran (NVML utilization.gpu); not free capacity"
+    )
+    sm_active_pct: Measured | None = Field(
+        default=None, description="percent of SM cycles with a warp resident (DCGM PROF_SM_ACTIVE)"
+    )
+    sm_occupancy_pct: Measured | None = Field(
+        default=None, description="resident warps as percent of the maximum (DCGM PROF_SM_OCCUPANCY)"
+    )
+    dram_active_pct: Measured | None = Field(
+        default=None, description="percent of cycles the memory interface is busy (DCGM PROF_DRAM_ACTIVE)"
+    )
+    power_w: Measured | None = Field(default=None, description="power draw in watts")
+    power_limit_w: Measured | None = Field(default=None, description="enforced power limit in watts")
+    temperature_c: Measured | None = Field(default=None, description="GPU temperature in degrees Celsius")
+    clock_event_reasons: tuple[str, ...] | None = Field(
+        default=None, description="why clocks are held down (NVML clock event reasons); None = not reported"
+    )
 
 
 class MigInstance(Model):
     """A GPU instance that exists on the device; ``start``/``size`` in memory-slice units."""
 
-    profile: str
-    start: int = Field(ge=0)
-    size: int = Field(ge=1)
-    gpu_instance_id: int | None = None
-    holder: str | None = None
+    profile: str = Field(description="the GPU-instance profile (3g.40gb, MIG 1g.10gb …)")
+    start: int = Field(ge=0, description="first memory slice of the instance")
+    size: int = Field(ge=1, description="memory slices it spans (its profile's size)")
+    gpu_instance_id: int | None = Field(default=None, description="NVML's GPU instance id; None = unknown")
+    holder: str | None = Field(default=None, description="the resident running in it; None = free or unknown")
 
 
 class MigState(Model):
-    enabled: bool | None = None
-    instances: tuple[MigInstance, ...] = ()
+    """MIG mode and the GPU instances that exist."""
+
+    enabled: bool | None = Field(default=None, description="whether MIG mode is on; None = unknown")
+    instances: tuple[MigInstance, ...] = Field(default=(), description="the GPU instances that exist")
 
 
 class MpsState(Model):
-    running: bool | None = None
-    clients: int | None = Field(default=None, ge=0)
-    max_clients: int | None = Field(default=None, ge=1)
-    pinned_memory_limit_bytes: Bytes | None = None
-    default_active_thread_pct: int | None = Field(default=None, ge=1, le=100)
+    """The MPS control daemon's state for the device."""
+
+    running: bool | None = Field(default=None, description="whether an MPS server runs for the device; None = unknown")
+    clients: int | None = Field(default=None, ge=0, description="MPS clients connected now; None = unknown")
+    max_clients: int | None = Field(default=None, ge=1, description="the most clients the server accepts")
+    pinned_memory_limit_bytes: Bytes | None = Field(
+        default=None, description="per-client device memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT); bytes or a "
+        "size such as 40G; None = none or unknown"
+    )
+    default_active_thread_pct: int | None = Field(
+        default=None, ge=1, le=100, description="the server's default active-thread percentage; None = not set or unknown"
+    )
 
 
 class DevicePartition(Model):
@@ -70,20 +93,34 @@ class DevicePartition(Model):
     ``amdsmi_get_gpu_compute_partition`` / ``amdsmi_get_gpu_memory_partition``): ``SPX``…``CPX`` and
     ``NPS1``…``NPS8``. ``None`` = not reported. NVIDIA devices leave both ``None`` (MIG is separate)."""
 
-    compute: str | None = Field(default=None, pattern=r"^(SPX|DPX|TPX|QPX|CPX)$")
-    memory: str | None = Field(default=None, pattern=r"^NPS[1-8]$")
+    compute: str | None = Field(
+        default=None, pattern=r"^(SPX|DPX|TPX|QPX|CPX)$", description="compute partition mode; None = not reported"
+    )
+    memory: str | None = Field(
+        default=None, pattern=r"^NPS[1-8]$", description="memory partition mode; None = not reported"
+    )
 
 
 class Resident(Model):
     """A workload already on the device: with a profile, or a bare process with observed memory."""
 
-    name: str = Field(min_length=1)
-    pid: int | None = Field(default=None, ge=1)
-    profile: WorkloadProfile | None = None
-    observed_memory_bytes: Bytes | None = None
+    name: str = Field(min_length=1, description="the resident's name, unique within the snapshot")
+    pid: int | None = Field(default=None, ge=1, description="its process id; None = unknown")
+    profile: WorkloadProfile | None = Field(
+        default=None, description="its workload profile (inline, or in a file a path here names, relative to the "
+        "snapshot); None = unprofiled: its compute dimensions are unknown"
+    )
+    observed_memory_bytes: Bytes | None = Field(
+        default=None, description="device memory the process holds (NVML usedGpuMemory); bytes or a size such as "
+        "18Gi; None = unknown"
+    )
     mig_instance: str | None = Field(default=None, description="the GPU instance it runs in: PROFILE or PROFILE@START")
-    mps_active_thread_pct: int | None = Field(default=None, ge=1, le=100)
-    green_sms: int | None = Field(default=None, ge=1)
+    mps_active_thread_pct: int | None = Field(
+        default=None, ge=1, le=100, description="its MPS active-thread percentage; None = not under MPS or unknown"
+    )
+    green_sms: int | None = Field(
+        default=None, ge=1, description="SMs of its green-context partition; None = none or unknown"
+    )
 
     @property
     def profiled(self) -> bool:
@@ -100,16 +137,24 @@ class DeviceSnapshot(Model):
     more memory than the device has; used + reserved ≤ total; green partitions ≤ the device's SMs;
     MPS clients ≤ ``max_clients`` and none while MPS is off; AMD partition modes the device has."""
 
-    device_type: str = Field(min_length=1)
-    uuid: str | None = None
-    index: int | None = Field(default=None, ge=0)
-    driver_version: str | None = None
-    cuda_driver_version: str | None = None
-    compute_mode: ComputeMode | None = None
-    mig: MigState = MigState()
-    mps: MpsState = MpsState()
-    partition: DevicePartition = DevicePartition()
-    memory_total_bytes: Bytes | None = None
+    device_type: str = Field(min_length=1, description="the GPU model as the catalog names it (h100-sxm, mi300x …)")
+    uuid: str | None = Field(default=None, description="the device's UUID (GPU-…); None = unknown")
+    index: int | None = Field(default=None, ge=0, description="the device's index on its node; None = unknown")
+    driver_version: str | None = Field(default=None, description="the GPU driver version; None = unknown")
+    cuda_driver_version: str | None = Field(
+        default=None, description="the CUDA version the driver supports; None = unknown"
+    )
+    compute_mode: ComputeMode | None = Field(
+        default=None, description="NVML compute mode; EXCLUSIVE_PROCESS and PROHIBITED forbid a second context; "
+        "None = unknown"
+    )
+    mig: MigState = Field(default=MigState(), description="MIG mode and instances")
+    mps: MpsState = Field(default=MpsState(), description="the MPS server's state")
+    partition: DevicePartition = Field(default=DevicePartition(), description="AMD partition modes")
+    memory_total_bytes: Bytes | None = Field(
+        default=None, description="device memory in all (NVML total); bytes or a size such as 80Gi; None = the "
+        "catalog's"
+    )
     memory_used_bytes: Bytes | None = Field(
         default=None,
         description="memory allocated by contexts, without the driver reserve (NVML v2 used); None = unknown, "
@@ -123,14 +168,16 @@ class DeviceSnapshot(Model):
         description="true when memory_used_bytes counts the driver reserve (NVML v1 used = reserved + allocated); "
         "false (default): used is memory allocated by contexts only (NVML v2: total = reserved + used + free)",
     )
-    telemetry: Telemetry = Telemetry()
-    residents: tuple[Resident, ...] = ()
+    telemetry: Telemetry = Field(default=Telemetry(), description="recent activity; context only, never capacity")
+    residents: tuple[Resident, ...] = Field(default=(), description="the workloads already on the device")
     green_partitions_sms: tuple[int, ...] | None = Field(
         default=None, description="SMs held by existing green-context partitions; [] = none; None (default) = unknown"
     )
-    taken_at: dt.datetime | None = None
-    source: SnapshotSource = "file"
-    unknown_reasons: dict[str, str] = Field(default_factory=dict)
+    taken_at: dt.datetime | None = Field(default=None, description="when the snapshot was read (ISO 8601)")
+    source: SnapshotSource = Field(default="file", description="what produced the snapshot")
+    unknown_reasons: dict[str, str] = Field(
+        default_factory=dict, description="field name → why the backend could not read it"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> "DeviceSnapshot":

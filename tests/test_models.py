@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import canary
 from canary.errors import InputError
-from canary.policy import available_policies, load_policy
+from canary.policy import POLICY_DIR, available_policies, load_policy
 from canary.profile import load_profile
 from canary.snapshot import load_snapshot
 from canary.units import parse_bytes
@@ -144,3 +147,151 @@ def test_every_example_snapshot_passes_the_consistency_checks() -> None:
     for path in paths:
         device = resolve_device(str(path))  # raises InputError on an impossible snapshot
         assert device.snapshot.device_type
+
+
+# --------------------------------------------------------------------------- the documents' JSON Schemas
+
+SCHEMA_KINDS = ("profile", "snapshot", "policy")
+
+
+def _schema(kind: str) -> dict[str, Any]:
+    from canary.commands.schema import schema_of
+
+    return schema_of(kind)
+
+
+def _properties(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every property schema at every level (``$defs`` included), with where it is."""
+    if isinstance(node, dict):
+        for name, prop in (node.get("properties") or {}).items():
+            yield f"{path}.{name}", prop
+        for key, value in node.items():
+            yield from _properties(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _properties(value, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("kind", SCHEMA_KINDS)
+def test_every_property_of_a_document_schema_has_a_description(kind: str) -> None:
+    props = list(_properties(_schema(kind)))
+    assert len(props) > 15  # the walk reached the nested models
+    missing = [where for where, prop in props if not str(prop.get("description", "")).strip()]
+    assert missing == []
+
+
+def _validator(schema: dict[str, Any]) -> Callable[[Any], bool]:
+    """A JSON Schema 2020-12 validator: ``jsonschema`` where it is installed, else ``jsonschema_rs``."""
+    try:
+        import jsonschema
+    except ImportError:
+        try:
+            import jsonschema_rs
+        except ImportError:
+            pytest.skip("needs the jsonschema or jsonschema_rs package (a JSON Schema validator)")
+        return jsonschema_rs.Draft202012Validator(schema).is_valid  # type: ignore[no-any-return]
+    validator = jsonschema.Draft202012Validator(schema)
+    return validator.is_valid  # type: ignore[no-any-return]
+
+
+def _as_loaded(path: Path) -> Any:
+    """The document as the loader validates it: parsed, then through JSON (YAML dates become text)."""
+    from canary._model import _jsonable, read_document
+
+    return json.loads(json.dumps(read_document(path), default=_jsonable))
+
+
+@pytest.mark.parametrize(("kind", "path"), [
+    *[pytest.param("profile", p, id=f"profiles/{p.name}") for p in sorted((EXAMPLES / "profiles").glob("*.yaml"))],
+    *[pytest.param("snapshot", p, id=f"snapshots/{p.name}") for p in sorted((EXAMPLES / "snapshots").glob("*.yaml"))],
+    *[pytest.param("policy", p, id=f"policies/{p.name}") for p in sorted(POLICY_DIR.glob("*.yaml"))],
+])
+def test_every_example_validates_against_its_schema(kind: str, path: Path) -> None:
+    assert _validator(_schema(kind))(_as_loaded(path))
+
+
+PROFILE = {"name": "x", "version": "1", "memory": {"reserved_bytes": "40Gi", "peak_bytes": "42Gi"},
+           "kernels": [{"name": "k", "registers_per_thread": 32, "threads_per_block": 128}]}
+SNAPSHOT = {"device_type": "h100-sxm", "memory_total_bytes": "80Gi",
+            "residents": [{"name": "r", "observed_memory_bytes": 4096}]}
+
+
+def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``doc`` with ``path`` (``memory.peak_bytes``, ``kernels.0.name``) set to ``value``."""
+    out = json.loads(json.dumps(doc))
+    node: Any = out
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return out
+
+
+# (kind, document): values the loader accepts, and so does the schema (sizes as people write them).
+ACCEPTED = [
+    pytest.param("profile", PROFILE, id="size-with-binary-unit"),
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", "18GB"), id="size-with-si-unit"),
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", 4096), id="size-as-integer"),
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", "1.5gib"), id="size-fraction-any-case"),
+    pytest.param("profile", _with(PROFILE, "kernels.0.static_shared_bytes", " 48 KiB "), id="size-with-spaces"),
+    pytest.param("snapshot", SNAPSHOT, id="snapshot"),
+    pytest.param("snapshot", _with(SNAPSHOT, "residents.0.profile", "../profiles/llm-decode.yaml"),
+                 id="resident-profile-as-a-path"),
+]
+# Values the loader refuses, and so does the schema.
+REFUSED = [
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", "40 parsecs"), id="unknown-unit"),
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", "-1Gi"), id="negative-size"),
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", 1.5), id="fraction-of-a-byte"),
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", True), id="boolean-size"),
+    pytest.param("profile", _with(PROFILE, "memory.reserved_bytes", 2**47), id="size-above-64-tib"),
+    pytest.param("profile", _with(PROFILE, "kernels.0.threads_per_block", "128"), id="number-as-text"),
+    pytest.param("profile", _with(PROFILE, "kernels.0.registers_per_thread", 300), id="registers-above-255"),
+    pytest.param("profile", _with(PROFILE, "kernels.0.threads_per_blok", 128), id="misspelt-field"),
+    pytest.param("profile", _with(PROFILE, "workload_class", "interactive"), id="unknown-workload-class"),
+    pytest.param("profile", {k: v for k, v in PROFILE.items() if k != "memory"}, id="memory-missing"),
+    pytest.param("snapshot", _with(SNAPSHOT, "compute_mode", "SHARED"), id="unknown-compute-mode"),
+    pytest.param("snapshot", _with(SNAPSHOT, "residents.0.profile", 5), id="resident-profile-a-number"),
+    pytest.param("snapshot", _with(SNAPSHOT, "memory_total_bytes", "80 gigs"), id="snapshot-bad-size"),
+]
+
+
+def _loads(kind: str, doc: dict[str, Any], tmp_path: Path) -> bool:
+    """Whether canary's own loader takes the document (as a file, so resident profile paths resolve)."""
+    folder = tmp_path / "snapshots"
+    folder.mkdir(exist_ok=True)
+    if kind == "snapshot" and not (tmp_path / "profiles").exists():
+        (tmp_path / "profiles").symlink_to(EXAMPLES / "profiles")
+    path = folder / "doc.json"
+    path.write_text(json.dumps(doc))
+    try:
+        (load_profile if kind == "profile" else load_snapshot)(path)
+    except InputError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("kind", "doc"), ACCEPTED)
+def test_what_the_loader_accepts_the_schema_accepts(kind: str, doc: dict[str, Any], tmp_path: Path) -> None:
+    assert _loads(kind, doc, tmp_path)
+    assert _validator(_schema(kind))(doc)
+
+
+@pytest.mark.parametrize(("kind", "doc"), REFUSED)
+def test_what_the_loader_refuses_the_schema_refuses(kind: str, doc: dict[str, Any], tmp_path: Path) -> None:
+    assert not _loads(kind, doc, tmp_path)
+    assert not _validator(_schema(kind))(doc)
+
+
+def test_schema_command_prints_the_size_forms() -> None:
+    """``canary schema profile`` as a user runs it: memory takes 40Gi, not only an integer."""
+    from tests.support.paths import canary_cmd
+
+    proc = subprocess.run([*canary_cmd(), "schema", "profile"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    reserved = json.loads(proc.stdout)["$defs"]["MemoryEnvelope"]["properties"]["reserved_bytes"]
+    assert {alt["type"] for alt in reserved["anyOf"]} == {"integer", "string"}
+    assert "40Gi" in json.dumps(reserved)

@@ -11,7 +11,9 @@ Vendor libraries are imported only when a live device is asked for.
 
 from __future__ import annotations
 
+import os
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,15 +39,54 @@ class ResolvedDevice:
 
 
 SIMULATOR_DRIVER = "simulator-1"
-"""The driver version simulated devices report: evidence recorded on the simulator is keyed to it,
-so it never counts for a real driver (and goes stale when the simulator's model changes)."""
+"""The driver version simulated devices report by default: evidence recorded on the simulator is
+keyed to it, so it never counts for a real driver (and goes stale when the simulator's model changes)."""
+
+SIM_DRIVER_ENV = "CANARY_SIM_DRIVER"
+"""Environment variable: the driver version every simulated device reports (``canary --sim-driver``)."""
+
+_sim_driver: ContextVar[str | None] = ContextVar("canary_sim_driver", default=None)
+
+
+def check_sim_driver(value: str, *, field: str) -> str:
+    """A driver version for simulated devices: printable, non-empty, at most 64 characters."""
+    text = value.strip()
+    if not text or len(text) > 64 or not text.isprintable():
+        raise InputError(f"{value!r} is not a driver version (e.g. 590.10.02)", field=field)
+    return text
+
+
+def set_sim_driver(value: str | None) -> object:
+    """Make every simulated device report driver ``value`` (``None``: the environment's or the default)
+    in this context; returns a token for ``reset_sim_driver``."""
+    return _sim_driver.set(None if value is None else check_sim_driver(value, field="--sim-driver"))
+
+
+def reset_sim_driver(token: object) -> None:
+    _sim_driver.reset(token)  # type: ignore[arg-type]
+
+
+def sim_driver_override() -> str | None:
+    """The driver simulated devices are told to report (``--sim-driver``, else ``$CANARY_SIM_DRIVER``),
+    or ``None`` when neither is set."""
+    chosen = _sim_driver.get()
+    if chosen is not None:
+        return chosen
+    env = os.environ.get(SIM_DRIVER_ENV)
+    return None if env is None else check_sim_driver(env, field=SIM_DRIVER_ENV)
+
+
+def simulated_driver() -> str:
+    """The driver version an idle simulated (catalog) device reports."""
+    return sim_driver_override() or SIMULATOR_DRIVER
 
 
 def idle_snapshot(spec: DeviceSpec) -> DeviceSnapshot:
-    """An idle simulated device of this model: nothing resident, default compute mode, MIG off."""
+    """An idle simulated device of this model: nothing resident, default compute mode, MIG off; its
+    driver is ``simulated_driver()``."""
     return DeviceSnapshot(
         device_type=spec.name,
-        driver_version=SIMULATOR_DRIVER,
+        driver_version=simulated_driver(),
         compute_mode="DEFAULT",
         mig=MigState(enabled=False),
         mps=MpsState(running=False, clients=0),
@@ -107,7 +148,11 @@ def resolve_device(ref: str) -> ResolvedDevice:
         validate_snapshot(snap, spec, file=ref)
         # A snapshot of a device the catalog lacks cannot be simulated: it is treated as the live
         # device it was read from (stage 1 and real executors only).
-        return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind="file" if spec.catalogued else snap.source)
+        kind = "file" if spec.catalogued else snap.source
+        driver = sim_driver_override() if kind == "file" else None
+        if driver is not None and driver != snap.driver_version:  # rehearsing another driver on the simulator
+            snap = snap.model_copy(update={"driver_version": driver})
+        return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind=kind)
     if ":" in ref:
         raise InputError(
             f"unknown device '{ref}': use a catalog name (h100-sxm), a snapshot file, or nvml:N / cuda:N / rocm:N",

@@ -18,29 +18,48 @@ def add_parser(sub: Any) -> None:
                             "committed together. Exit 0 admit, 1 reject, 3 unknown, 2 bad input, 4 failure.")
     add_fit_arguments(parser)
     parser.add_argument("--no-probe", action="store_true", help="decide from stage 1 and evidence only")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the simulated device (simulated devices only)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the simulated device (simulated devices only; default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(handler=run_admit)
 
     fb = sub.add_parser("feedback", help="record a production SLO violation for an admitted pair")
-    fb.add_argument("device", metavar="DEVICE")
+    fb.add_argument("device", metavar="DEVICE", help="the device the pair shares, as for canary admit")
     fb.add_argument("profile", metavar="PROFILE", help="the admitted (candidate) profile")
-    fb.add_argument("--resident", action="append", default=[], metavar="PROFILE")
+    fb.add_argument("--resident", action="append", default=[], metavar="PROFILE",
+                    help="a resident's profile, added to the device's residents (repeatable)")
     fb.add_argument("--resident-name", required=True, help="which resident's SLO was violated")
-    fb.add_argument("--regime")
-    fb.add_argument("--policy")
-    fb.add_argument("--slowdown-pct", type=float, help="the resident slowdown production observed, if measured")
+    fb.add_argument("--regime", help="the regime the pair was admitted under (default: follows the device)")
+    fb.add_argument("--policy", help="policy name from policies/ or a file (default: default)")
+    fb.add_argument("--slowdown-pct", type=float, help="the resident slowdown production observed, in percent "
+                    "above its latency alone (> 0), if measured (default: not measured)")
     fb.set_defaults(handler=run_feedback)
 
 
 class Progress:
-    """One live line on a terminal; a line every few windows elsewhere (logs stay readable)."""
+    """One live line on a terminal; a line every few windows elsewhere (logs stay readable).
+
+    A display never decides a probe: when its stream is gone — the reader of a pipe left
+    (``| head``), stderr was closed (``2>&-``, where Python's ``sys.stderr`` is ``None``) — it stops
+    displaying and the probe goes on."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        try:
+            self.tty = stream is not None and bool(stream.isatty())
+        except (OSError, ValueError, AttributeError):  # a closed or odd stream: not a terminal
+            self.tty = False
         self.last_print = 0.0
         self.last_windows = -1
+
+    def _write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # EPIPE, EBADF, a closed file: nobody is watching any more
+            self.stream = None
 
     def __call__(self, p: Any) -> None:
         est = "–" if p.estimate_pct is None else f"{p.estimate_pct:+.1f}%"
@@ -52,17 +71,27 @@ class Progress:
                 f"  windows {p.windows}  resident slowdown {est}{interval}")
         now = time.monotonic()
         if self.tty:
-            self.stream.write("\r\x1b[2K" + line)
-            self.stream.flush()
+            self._write("\r\x1b[2K" + line)
         elif (p.windows != self.last_windows and (p.windows % 10 == 0 or now - self.last_print > 2.0)) or p.state in (
                 "DECIDED", "ABORTED", "RECORDED"):
-            self.stream.write(line + "\n")
+            self._write(line + "\n")
             self.last_print = now
         self.last_windows = p.windows
 
     def done(self) -> None:
         if self.tty:
-            self.stream.write("\n")
+            self._write("\n")
+
+
+def say(stream: Any, text: str) -> None:
+    """A side note on stderr that never fails the command (a closed or broken stderr drops it)."""
+    if stream is None:
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _remote_progress(stream: Any) -> Any:
@@ -80,6 +109,11 @@ def _remote_progress(stream: Any) -> Any:
 def run_admit(args: argparse.Namespace) -> int:
     from canary.commands.fit import server_url
 
+    if args.no_store:
+        from canary.errors import UsageError
+
+        raise UsageError("canary admit records evidence and books memory in the evidence store, so it cannot "
+                         "run without one; canary fit --no-store decides stage 1 without the store", field="--no-store")
     server = server_url(args)
     if server is not None:
         from canary.commands.fit import print_certificate
@@ -96,14 +130,28 @@ def run_admit(args: argparse.Namespace) -> int:
                        regime=args.regime, policy_ref=args.policy)
     progress = None if args.quiet else Progress(sys.stderr)
     cert = admit(req, db_url=args.db, probe=not args.no_probe, progress=progress,
-                 announce=lambda m: sys.stderr.write(f"canary: {m}\n"), seed=args.seed, log_history=True)
+                 announce=lambda m: say(sys.stderr, f"canary: {m}\n"), seed=args.seed, log_history=True)
     if progress is not None:
         progress.done()
-    if args.json:
-        sys.stdout.write(cert.to_json() + "\n")
-    else:
-        sys.stdout.write(certificate_text(cert, verbose=bool(args.verbose)) + "\n")
+    text = cert.to_json() if args.json else certificate_text(cert, verbose=bool(args.verbose))
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the decision stands and is recorded; its exit code still says which
+        _drop_stdout()
     return VERDICT_EXIT[cert.verdict]
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush does not fail (and exit 120) again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def run_feedback(args: argparse.Namespace) -> int:
@@ -112,9 +160,12 @@ def run_feedback(args: argparse.Namespace) -> int:
     from canary.admission import load_request, record_feedback, utcnow
     from canary.errors import UsageError
 
-    if args.slowdown_pct is not None and not (math.isfinite(args.slowdown_pct) and -100 <= args.slowdown_pct <= 10000):
-        raise UsageError(f"{args.slowdown_pct} is not a slowdown in percent (a finite number, -100 … 10000)",
-                         field="--slowdown-pct")
+    if args.slowdown_pct is not None and not (math.isfinite(args.slowdown_pct) and 0 < args.slowdown_pct <= 10000):
+        # a production SLO violation the pair caused is a slowdown: the resident ran slower beside the
+        # candidate than alone (> 0 %); 0 or a speed-up contradicts the report
+        raise UsageError(f"{args.slowdown_pct} is not the slowdown of an SLO violation: give the resident's slowdown "
+                         "in percent above its latency alone (0 < value <= 10000), or leave --slowdown-pct out if "
+                         "production did not measure it", field="--slowdown-pct")
     req = load_request(args.device, args.profile, resident_paths=tuple(args.resident),
                        regime=args.regime, policy_ref=args.policy)
     evidence_id = record_feedback(req, resident_name=args.resident_name, db_url=args.db,

@@ -21,32 +21,37 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--node", help="this node's name (default: the configuration's, else the host name)")
     run.add_argument("--device", dest="device_specs", action="append", default=[], metavar="NAME=SOURCE",
                      help="a local device: nvml:N, rocm:N, cuda:N or a snapshot file (repeatable)")
-    run.add_argument("--heartbeat-s", type=float)
-    run.add_argument("--lease-s", type=float)
+    run.add_argument("--heartbeat-s", type=float, help="how often snapshots are published, in seconds (default: "
+                     "the configuration's, else 5)")
+    run.add_argument("--lease-s", type=float, help="a running probe's lease in seconds, renewed every third (default: "
+                     "the configuration's, else 15)")
     run.add_argument("--claim-s", type=float,
                      help="how long a heartbeat holds the devices against a second agent (default: 3 heartbeats, "
                      "at least 15 s)")
-    run.add_argument("--policy")
-    run.add_argument("--sim-time-scale", type=float)
+    run.add_argument("--policy", help="policy name from policies/: staleness limit and revalidation budget "
+                     "(default: the configuration's, else default)")
+    run.add_argument("--sim-time-scale", type=float, help="wall seconds a simulated probe holds its device per "
+                     "simulated second, 0..1 (default: the configuration's, else 0)")
     run.add_argument("--once", action="store_true", help="publish once, print what was published, and exit")
     run.set_defaults(handler=run_agent)
 
     ls = acts.add_parser("list", help="devices the node agents publish, with each snapshot's age")
-    ls.add_argument("--node")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--node", help="only this node's devices (default: every node)")
+    ls.add_argument("--json", action="store_true", help="print the devices as JSON on stdout")
     ls.set_defaults(handler=run_list)
 
     dr = acts.add_parser("drain", help="stop a node taking new probes and workloads (--undo to resume)")
-    dr.add_argument("drain_node", metavar="NODE")  # own dest: `--node` lists elsewhere share the namespace
-    dr.add_argument("--undo", action="store_true")
+    dr.add_argument("drain_node", metavar="NODE",  # own dest: `--node` lists elsewhere share the namespace
+                    help="the node's name, as its agent publishes it")
+    dr.add_argument("--undo", action="store_true", help="take probes and workloads again")
     dr.set_defaults(handler=run_drain)
     ag.set_defaults(handler=lambda a: _usage(ag))
 
     drift = sub.add_parser("drift", help="driver changes the agents saw; with ID, old vs new per pair",
                            description="Without ID: driver-change events, newest first. With ID: for each "
                            "revalidated pair, the outcome and resident slowdown under the old and the new driver.")
-    drift.add_argument("id", nargs="?")
-    drift.add_argument("--json", action="store_true")
+    drift.add_argument("id", nargs="?", help="one drift event's id (default: list the events)")
+    drift.add_argument("--json", action="store_true", help="print the events (or the report) as JSON on stdout")
     drift.set_defaults(handler=run_drift)
 
 

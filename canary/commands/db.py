@@ -37,7 +37,8 @@ def add_parser(subparsers: Any) -> None:
     down = sub.add_parser(
         "downgrade", help="migrate the store down to REV (default: one step; 'base' = empty)"
     )
-    down.add_argument("revision", nargs="?", default="-1", metavar="REV")
+    down.add_argument("revision", nargs="?", default="-1", metavar="REV",
+                      help="target revision: a revision id, -N steps, or 'base' (default: -1, one step)")
     down.add_argument("--yes", action="store_true",
                       help="do it (without: say which revisions and how many rows it would remove)")
     down.set_defaults(handler=run_downgrade)
@@ -46,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
     prune.add_argument("--admission-log-older-than", dest="older_than", default=None, metavar="AGE",
                        help="age beyond which admission history is deleted: 30d, 12h, 2w (default: 30d)")
     prune.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
-    prune.add_argument("--json", action="store_true")
+    prune.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     prune.set_defaults(handler=run_prune)
 
 
@@ -93,20 +94,19 @@ def _rows_at_risk(url: str | None) -> str:
 
 
 def run_downgrade(args: argparse.Namespace) -> int:
-    from canary.errors import UsageError
     from evidence_store.engine import check_revision, current, downgrade, redact
     from evidence_store.location import default_db_url
 
     check_revision(args.revision)
-    if not args.yes:
+    if not args.yes:  # a preview, not an error: say what would happen and how to do it
         at = ", ".join(current(args.db)) or "no schema"
         where = redact(args.db or default_db_url())
-        raise UsageError(
-            f"would migrate {where} down from revision {at} to {args.revision}; a downgrade drops the tables "
-            f"and columns the newer revisions added, with their rows (the store now holds: "
-            f"{_rows_at_risk(args.db)}); add --yes to do it",
-            field="--yes",
-        )
+        sys.stdout.write(
+            f"preview: nothing changed. `canary db downgrade {args.revision}` would migrate {where} down from "
+            f"revision {at} to {args.revision}; a downgrade drops the tables and columns the newer revisions "
+            f"added, with their rows (the store now holds: {_rows_at_risk(args.db)}).\n"
+            f"to do it: canary db downgrade {args.revision} --yes\n")
+        return EXIT_ADMIT
     downgrade(args.db, args.revision)
     sys.stdout.write(_describe(args.db) + "\n")
     return EXIT_ADMIT

@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
             "and a block size (--threads or --launch) are required."
         ),
     )
-    binary.add_argument("file", metavar="FILE")
+    binary.add_argument("file", metavar="FILE", help="the executable, shared library, cubin or fatbin to read")
     binary.add_argument("--arch", help="architecture to read (sm_90); needed when the binary holds several")
     binary.add_argument("--name", help="profile name (default: the file name)")
     binary.add_argument("--out", metavar="PROFILE", help="write the draft here instead of standard output")
@@ -43,10 +43,13 @@ def add_parser(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=THREADS[:GRID[:DYN_SMEM]]",
-        help="one kernel's launch shape (repeatable); overrides --threads",
+        help="one kernel's launch shape (repeatable); overrides --threads. NAME as cuobjdump prints it "
+        "(_Z11gemm_kernelPfi), or a C++ kernel's name without parameters (gemm_kernel, ns::gemm_kernel) "
+        "when only one kernel has it",
     )
     binary.add_argument(
-        "--kernel", action="append", default=[], metavar="NAME", help="keep only these kernels"
+        "--kernel", action="append", default=[], metavar="NAME",
+        help="keep only these kernels (repeatable; names as for --launch)"
     )
     binary.set_defaults(handler=run_from_binary)
 
@@ -60,7 +63,8 @@ def add_parser(subparsers: Any) -> None:
     rec.add_argument("--name", help="profile name (default: the command's name)")
     rec.add_argument("--version", dest="workload_version", help="workload version (digest or semver)")
     rec.add_argument("--out", metavar="PROFILE", help="write the draft here instead of standard output")
-    rec.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND …")
+    rec.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND …",
+                     help="the workload to run and record, after --")
     rec.set_defaults(handler=run_record)
     parser.set_defaults(handler=lambda args: _usage(parser))
 
@@ -101,7 +105,12 @@ def run_from_binary(args: argparse.Namespace) -> int:
 
     from canary.envelope.binary import from_binary, parse_arch, parse_launch
 
-    launches = dict(parse_launch(text) for text in args.launch)
+    launches = {}
+    for text in args.launch:
+        name, launch = parse_launch(text)
+        if name in launches:
+            raise InputError(f"{name} is given twice", field="--launch")
+        launches[name] = launch
     peak = _size(args.memory_peak, "--memory-peak")
     assert peak is not None  # argparse requires it
     if args.threads is not None and not 1 <= args.threads <= 1024:

@@ -1,4 +1,5 @@
-"""``canary evidence list|show|expire|revoke|export|import`` — the pairwise evidence cache.
+"""``canary evidence list|show|certificates|expire|revoke|export|import`` — the pairwise evidence cache
+and the stored certificates.
 
 Evidence is append-only: expiring, revoking and driver changes change a record's status, never delete
 it. Export writes JSON lines (a header line, then one record per line); import validates every line
@@ -75,7 +76,7 @@ def add_parser(subparsers: Any) -> None:
     exp.set_defaults(handler=run_expire)
 
     rev = sub.add_parser("revoke", help="revoke one record, with a reason")
-    rev.add_argument("id", metavar="ID")
+    rev.add_argument("id", metavar="ID", help="evidence id (or a unique prefix)")
     rev.add_argument("--why", required=True, metavar="TEXT", help="why the record must not be used")
     rev.set_defaults(handler=run_revoke)
 
@@ -90,7 +91,7 @@ def add_parser(subparsers: Any) -> None:
         help="add the records of FILE (all or nothing; never overwrites; checked against the policy; "
         "marked imported, never outweighing this store's own evidence)",
     )
-    im.add_argument("file", metavar="FILE")
+    im.add_argument("file", metavar="FILE", help="a file written by canary evidence export (JSON lines)")
     im.add_argument("--policy", help="policy the records are checked against (default: default)")
     im.add_argument("--key", metavar="KEYFILE",
                     help="accept only files signed with this fleet key (default: $CANARY_FLEET_KEY_FILE)")
@@ -361,7 +362,6 @@ def run_expire(args: argparse.Namespace) -> int:
     if not args.yes:
         from sqlalchemy import func, select
 
-        from canary.errors import UsageError
         from evidence_store.models import Evidence
 
         query = select(func.count()).select_from(Evidence).where(Evidence.status == "current")
@@ -370,11 +370,10 @@ def run_expire(args: argparse.Namespace) -> int:
         with store(args.db) as engine, session_scope(engine, read_only=True) as session:
             would = session.scalar(query) or 0
         scope = f"created before {args.before}" if before is not None else "(every current record)"
-        raise UsageError(
-            f"would mark {would} current record(s) {scope} stale, so no admission can use them; "
-            "add --yes to do it",
-            field="--yes",
-        )
+        again = "canary evidence expire" + (f" --before {args.before}" if before is not None else "") + " --yes"
+        sys.stdout.write(f"preview: nothing changed. This would mark {would} current record(s) {scope} stale, so "
+                         f"no admission can use them.\nto do it: {again}\n")  # a preview is not an error
+        return EXIT_ADMIT
     with store(args.db) as engine, session_scope(engine) as session:
         count = expire(session, before=before)
     sys.stdout.write(f"{count} record(s) marked stale\n")

@@ -38,15 +38,17 @@ def add_parser(sub: Any) -> None:
                         description="Evidence recorded under another driver becomes stale (never deleted); with "
                         "--plan, the plan's pairs are probed again and a drift report compares old and new.")
     rv.add_argument("--driver", required=True, help="the driver version now installed")
-    rv.add_argument("--device-type", help="only this device type (catalog name)")
-    rv.add_argument("--plan", help="pairs to re-probe now (the hot pairs)")
-    rv.add_argument("--seed", type=int, default=0)
-    rv.add_argument("--json", action="store_true")
+    rv.add_argument("--device-type", help="only this device type (catalog name); without it (or --yes) "
+                    "revalidate only previews what it would mark stale")
+    rv.add_argument("--yes", action="store_true", help="revalidate every device type (without --device-type)")
+    rv.add_argument("--plan", help="pairs to re-probe now (the hot pairs), a warm plan file (default: none)")
+    rv.add_argument("--seed", type=int, default=0, help="seed of simulated devices (default: %(default)s)")
+    rv.add_argument("--json", action="store_true", help="print the report (or the preview) as JSON on stdout")
     rv.set_defaults(handler=run_revalidate)
 
     rc = sub.add_parser("recover", help="abort probes whose owner died and kill their orphaned canaries")
     rc.add_argument("--no-kill", action="store_true", help="only mark them aborted")
-    rc.add_argument("--json", action="store_true")
+    rc.add_argument("--json", action="store_true", help="print the aborted probes as JSON on stdout")
     rc.set_defaults(handler=run_recover)
 
 
@@ -207,7 +209,13 @@ def run_revalidate(args: argparse.Namespace) -> int:
 
     from canary.admission import utcnow
     from canary.jobs.plan import load_plan
-    from canary.jobs.warm import WarmReport, attach_old_evidence, mark_stale, warm_async
+    from canary.jobs.warm import (
+        WarmReport,
+        attach_old_evidence,
+        mark_stale_and_record_drift,
+        stale_preview,
+        warm_async,
+    )
 
     # Everything that can be bad input is checked before a single record is marked stale.
     device_type = None
@@ -222,10 +230,21 @@ def run_revalidate(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan) if args.plan else None
     if plan is not None:
         check_plan(plan, args.plan)
-    stale = mark_stale(args.db, driver=args.driver, device_type=device_type, now=utcnow())
+    if device_type is None and not args.yes:
+        return _revalidate_preview(args, stale_preview(args.db, driver=args.driver, device_type=None))
+    note = f"canary revalidate --driver {args.driver}" + (f" --device-type {device_type}" if device_type else "") + (
+        f" --plan {args.plan}" if args.plan else " (no pairs re-probed)")
+    stale, events = mark_stale_and_record_drift(args.db, driver=args.driver, device_type=device_type, now=utcnow(),
+                                                plan=plan, note=note)
     if plan is None:
-        sys.stdout.write(f"{stale} evidence record(s) recorded under another driver are now stale; "
-                         "run `canary warm PLAN` (or revalidate --plan) to re-probe the hot pairs\n")
+        if args.json:
+            sys.stdout.write(json.dumps({"driver": args.driver, "device_type": device_type, "stale_marked": stale,
+                                         "drift_events": events, "pairs": []}, indent=2) + "\n")
+        else:
+            sys.stdout.write(f"{stale} evidence record(s) recorded under another driver are now stale"
+                             + (f" ({len(events)} drift event(s): canary drift)" if events else "")
+                             + "; run `canary revalidate --plan PLAN` (or canary warm PLAN) to re-probe the hot "
+                             "pairs\n")
         return 0
 
     async def go() -> WarmReport:
@@ -234,8 +253,38 @@ def run_revalidate(args: argparse.Namespace) -> int:
     report = anyio.run(go)
     report.stale_marked = stale
     attach_old_evidence(report, plan, args.db, args.driver)
-    sys.stdout.write(_as_json(report) + "\n") if args.json else _print_report(report, drift=True)
+    if args.json:
+        doc = json.loads(_as_json(report))
+        sys.stdout.write(json.dumps({**doc, "driver": args.driver, "device_type": device_type,
+                                     "drift_events": events}, indent=2) + "\n")
+    else:
+        _print_report(report, drift=True)
+        if events:
+            sys.stdout.write(f"drift event(s) recorded: {', '.join(events)} (canary drift ID)\n")
+        sys.stdout.write(f"simulated devices reported driver {args.driver} for these probes; to decide with the "
+                         f"new evidence on the simulator, run with --sim-driver {args.driver} (or "
+                         f"CANARY_SIM_DRIVER={args.driver}); a live device must run {args.driver} itself\n")
     return _exit_code(report)
+
+
+def _revalidate_preview(args: argparse.Namespace, groups: list[Any]) -> int:
+    """Without --device-type or --yes: what would be marked stale, and how to do it. Not an error."""
+    total = sum(g.records for g in groups)
+    how = (f"canary revalidate --driver {args.driver} --device-type TYPE"
+           + (f" --plan {args.plan}" if args.plan else "") + " (one device type), or add --yes (every device type)")
+    if args.json:
+        sys.stdout.write(json.dumps({"preview": True, "driver": args.driver, "would_mark_stale": total,
+                                     "groups": [g.__dict__ for g in groups], "to_apply": how}, indent=2) + "\n")
+        return 0
+    from canary.tables import table
+
+    sys.stdout.write(f"preview: nothing changed. Revalidating for driver {args.driver} would mark {total} current "
+                     f"evidence record(s) recorded under other drivers stale, on every device type:\n")
+    if groups:
+        sys.stdout.write(table(["device type", "recorded under driver", "records"],
+                               [[g.device_type, g.old_driver or "(unknown)", str(g.records)] for g in groups]) + "\n")
+    sys.stdout.write(f"to apply: {how}\n")
+    return 0
 
 
 def run_recover(args: argparse.Namespace) -> int:

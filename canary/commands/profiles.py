@@ -16,7 +16,7 @@ def add_parser(sub: Any) -> None:
                        description=__doc__)
     ps = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
     put = ps.add_parser("put", help="store a profile (under its name@version) or, with --snapshot, a snapshot")
-    put.add_argument("file", metavar="FILE")
+    put.add_argument("file", metavar="FILE", help="a workload profile (or, with --snapshot, a device snapshot)")
     put.add_argument("--snapshot", action="store_true", help="FILE is a device snapshot (needs --name, --version)")
     put.add_argument("--name", help="snapshot name")
     put.add_argument("--version", help="snapshot version")
@@ -25,8 +25,8 @@ def add_parser(sub: Any) -> None:
     ls.add_argument("--snapshots", action="store_true", help="list snapshots instead of profiles")
     ls.set_defaults(handler=run_list)
     show = ps.add_parser("show", help="one entry as JSON")
-    show.add_argument("ref", metavar="NAME@VERSION")
-    show.add_argument("--snapshot", action="store_true")
+    show.add_argument("ref", metavar="NAME@VERSION", help="the entry's name and version")
+    show.add_argument("--snapshot", action="store_true", help="show a snapshot, not a profile")
     show.set_defaults(handler=run_show)
 
 

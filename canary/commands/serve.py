@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
     ls = ts.add_parser("list", help="tokens (ids, names, scopes; never secrets)")
     ls.set_defaults(handler=run_token_list)
     rv = ts.add_parser("revoke", help="revoke a token (it stops working within the servers' token cache time)")
-    rv.add_argument("id")
+    rv.add_argument("id", help="the token's id (canary tokens list)")
     rv.set_defaults(handler=run_token_revoke)
 
 
@@ -94,10 +94,45 @@ def run_serve(args: argparse.Namespace) -> int:
     # Fail here, with exit 4 and one line, when the store is unreachable or not migrated — not in a worker.
     open_store_for_writing(config.db_url, announce=lambda m: sys.stderr.write(f"canary: {m}\n")).dispose()
     scheme = "https" if config.tls else "http"
-    sys.stderr.write(f"canary: serving on {scheme}://{config.host}:{config.port} ({config.workers} worker(s), "
-                     f"auth {config.auth})\n")
-    run(config, log_level="info" if args.verbose else "warning", access_log=bool(args.verbose))
+    address = f"{scheme}://{_host_in_url(config.host)}:{config.port}"
+    check_listen(config.host, config.port, address)  # before saying "serving on"
+    sys.stderr.write(f"canary: serving on {address} ({config.workers} worker(s), auth {config.auth})\n")
+    try:
+        run(config, log_level="info" if args.verbose else "warning", access_log=bool(args.verbose))
+    except SystemExit as exc:  # uvicorn's start-up failure is its exit 3, which is canary's "unknown"
+        if exc.code in (0, None):
+            return EXIT_ADMIT
+        from canary.errors import OperationalError
+
+        raise OperationalError(f"the service on {address} stopped at start-up (server exit {exc.code}); "
+                               "its reason is above") from None
     return EXIT_ADMIT
+
+
+def _host_in_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def check_listen(host: str, port: int, address: str) -> None:
+    """Bind (and release) the listen address as the server will (``SO_REUSEADDR``, IPv6 for an address
+    with a colon), so a port in use or an address this machine does not have is one line and exit 4
+    before the service announces itself. Another process may still take the port in between; the
+    server's own failure is then exit 4 too."""
+    import errno
+    import socket
+
+    from canary.errors import OperationalError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as exc:
+        why = {errno.EADDRINUSE: "the address is already in use (another server on this port?)",
+               errno.EACCES: "permission denied (ports below 1024 need privileges)",
+               errno.EADDRNOTAVAIL: "this machine has no such address"}.get(exc.errno or 0, exc.strerror or str(exc))
+        raise OperationalError(f"cannot listen on {address}: {why}; choose another --port or --host") from None
 
 
 def run_token_create(args: argparse.Namespace) -> int:

@@ -46,6 +46,76 @@ def parse_launch(text: str) -> tuple[str, Launch]:
     return match.group("name"), Launch(int(match.group("threads")), grid, dyn)
 
 
+def base_name(symbol: str) -> str | None:
+    """The qualified name of a C++ kernel without parameters or template arguments, read from its
+    Itanium-ABI symbol (the name cuobjdump prints): ``_Z11gemm_kernelPKfS0_Pfiii`` → ``gemm_kernel``,
+    ``_ZN4cute6detail4gemmILi128EEEvPf`` → ``cute::detail::gemm``. ``None`` for a name that is not
+    mangled (``extern "C"`` kernels are named as written) or not understood here.
+
+    A kernel is a namespace-scope function (``__global__`` cannot be a member), so its name is a
+    sequence of ``<length><identifier>`` parts, nested in ``N…E`` when there are several; the
+    parameter types and template arguments that follow are not read."""
+    if not symbol.startswith("_Z"):
+        return None
+    i, n = 2, len(symbol)
+    nested = symbol.startswith("_ZN")
+    if nested:
+        i += 1
+    parts: list[str] = []
+    while i < n:
+        if symbol.startswith("St", i) and not parts:
+            parts.append("std")
+            i += 2
+            continue
+        if symbol[i] == "L" and not nested:  # internal linkage (a static function)
+            i += 1
+            continue
+        j = i
+        while j < n and symbol[j].isdigit():
+            j += 1
+        if j == i or symbol[i] == "0":
+            return None
+        length = int(symbol[i:j])
+        if length > n - j:
+            return None
+        part = symbol[j:j + length]
+        parts.append("(anonymous namespace)" if part.startswith("_GLOBAL__N") else part)
+        i = j + length
+        while symbol.startswith("B", i):  # ABI tag: [abi:NAME], not part of the name a user writes
+            k = i + 1
+            while k < n and symbol[k].isdigit():
+                k += 1
+            if k == i + 1:
+                return None
+            i = k + int(symbol[i + 1:k])
+        if not nested or i >= n or symbol[i] in "EI":
+            break
+    return "::".join(parts) if parts else None
+
+
+def resolve_kernel(name: str, kernels: Sequence[KernelResources], *, option: str) -> KernelResources:
+    """The kernel ``name`` means: the one cuobjdump prints under that exact name, else the only one whose
+    C++ name (``base_name``: qualified, without parameters or template arguments) is ``name``. A name
+    that matches several kernels (overloads, template instances) is an error listing them."""
+    for kernel in kernels:
+        if kernel.name == name:
+            return kernel
+    matches = [k for k in kernels if base_name(k.name) == name]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(k.name for k in matches)
+        raise InputError(f"{name!r} matches {len(matches)} kernels: {listed}; give the one meant as cuobjdump "
+                         "prints it", field=option)
+    have = ", ".join(_described(k.name) for k in kernels)
+    raise InputError(f"no kernel named {name!r} in the binary (kernels: {have})", field=option)
+
+
+def _described(symbol: str) -> str:
+    base = base_name(symbol)
+    return symbol if base is None else f"{symbol} ({base})"
+
+
 def file_digest(path: Path) -> str:
     """``sha256:<hex>`` of the file: the workload version (evidence never crosses binaries)."""
     digest = hashlib.sha256()
@@ -111,27 +181,23 @@ def from_binary(
     """Build a validated profile draft from a binary.
 
     Every kernel needs a block size: from ``launches[name]``, else ``threads_per_block``; a kernel
-    with neither is an ``InputError`` naming it. ``kernels`` restricts the profile to those names."""
+    with neither is an ``InputError`` naming it. ``kernels`` restricts the profile to those names.
+    Names in ``launches`` and ``kernels`` are resolved by ``resolve_kernel``: as cuobjdump prints
+    them, or a C++ kernel's name without parameters when that names one kernel only."""
     file = Path(path)
     elves = read_binary(file)
     found = select_arch(elves, arch, str(path))
-    launches = dict(launches or {})
     if kernels:
-        wanted = set(kernels)
-        missing = sorted(wanted - {k.name for k in found})
-        if missing:
-            raise InputError(
-                f"no kernel named {', '.join(missing)} in the binary", file=str(path), field="--kernel"
-            )
-        found = [k for k in found if k.name in wanted]
-    unknown_launch = sorted(set(launches) - {k.name for k in found})
-    if unknown_launch:
-        have = ", ".join(k.name for k in found)
-        raise InputError(
-            f"--launch names {', '.join(unknown_launch)}, not in the binary (kernels: {have})",
-            field="--launch",
-        )
-    without = [k.name for k in found if k.name not in launches and threads_per_block is None]
+        kept = {resolve_kernel(k, found, option="--kernel").name for k in kernels}
+        found = [k for k in found if k.name in kept]
+    by_kernel: dict[str, Launch] = {}
+    given: dict[str, str] = {}
+    for asked, launch in (launches or {}).items():
+        kernel = resolve_kernel(asked, found, option="--launch")
+        if kernel.name in by_kernel:
+            raise InputError(f"--launch {given[kernel.name]!r} and {asked!r} both name {kernel.name}", field="--launch")
+        by_kernel[kernel.name], given[kernel.name] = launch, asked
+    without = [_described(k.name) for k in found if k.name not in by_kernel and threads_per_block is None]
     if without:
         raise InputError(
             f"the binary does not say how kernels are launched; give --threads N or --launch NAME=THREADS for: "
@@ -140,7 +206,7 @@ def from_binary(
         )
     specs = []
     for kernel in found:
-        launch = launches.get(kernel.name) or Launch(threads_per_block or 0)
+        launch = by_kernel.get(kernel.name) or Launch(threads_per_block or 0)
         specs.append(
             KernelSpec(
                 name=kernel.name,

@@ -157,8 +157,8 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
                 outcome = await _warm_one(item.position, pair, engine=engine, seed=seed, driver=driver,
                                           deadline=deadline)
                 final: warm_queue.FinalState = "done"
-            except CanaryError as exc:
-                outcome = PairOutcome(item.position, f"{pair.candidate} on {pair.device}", "error", str(exc))
+            except Exception as exc:  # one failed pair is reported, the run goes on
+                outcome = PairOutcome(item.position, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
                 final = "failed"
             with session_scope(engine) as session:
                 warm_queue.finish(session, item, state=final, result_json=dict(outcome.__dict__), now=_utcnow())
@@ -202,6 +202,11 @@ def _finished_earlier(session: Any, run_id: str, ran_here: set[int]) -> list[Pai
     return out
 
 
+def _reason(exc: Exception) -> str:
+    """Why a pair failed: canary's own message, or the exception's type and message for anything else."""
+    return str(exc) if isinstance(exc, CanaryError) else f"{type(exc).__name__}: {exc}"
+
+
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -221,8 +226,8 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
         async with limiter:
             try:
                 outcome = await _warm_one(index, pair, engine=engine, seed=seed, driver=driver, deadline=deadline)
-            except CanaryError as exc:  # one bad pair is reported, the job goes on (Kayenta's error label)
-                outcome = PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", str(exc))
+            except Exception as exc:  # one failed pair is reported, the job goes on (Kayenta's error label)
+                outcome = PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
             results[index] = outcome
             if progress is not None:
                 progress(outcome, len(plan.pairs))
@@ -238,15 +243,6 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
     report.pairs = [results[i] for i in sorted(results)]
     report.wall_s = time.monotonic() - started
     return report
-
-
-def mark_stale(db_url: str | None, *, driver: str, device_type: str | None, now: dt.datetime) -> int:
-    from evidence_store import evidence
-    from evidence_store.engine import session_scope
-
-    engine = open_store_for_writing(db_url)
-    with session_scope(engine) as session:
-        return evidence.mark_stale(session, driver_not=driver, device_type=device_type)
 
 
 def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, driver: str) -> None:
@@ -285,3 +281,87 @@ def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, 
                    "old_interval_pct": interval, "old_outcome": old.outcome}))
     report.pairs = updated
 
+
+
+@dataclass(frozen=True)
+class StaleGroup:
+    """Current evidence of one device type recorded under one other driver: what revalidation marks."""
+
+    device_type: str
+    old_driver: str | None
+    records: int
+
+
+def stale_preview(db_url: str | None, *, driver: str, device_type: str | None) -> list[StaleGroup]:
+    """What ``mark_stale`` would mark, by device type and old driver; reads only (a store that does not
+    exist yet has nothing to mark and is not created)."""
+    from canary.admission.store import store_exists, store_url
+
+    if not store_exists(store_url(db_url)):
+        return []
+    from evidence_store.engine import session_scope
+
+    engine = open_store_for_writing(db_url)
+    with session_scope(engine, read_only=True) as session:
+        return _stale_groups(session, driver=driver, device_type=device_type)
+
+
+def _stale_groups(session: Any, *, driver: str, device_type: str | None) -> list[StaleGroup]:
+    from sqlalchemy import func, select
+
+    from evidence_store.models import Evidence
+
+    query = (select(Evidence.device_type, Evidence.driver_version, func.count())
+             .where(Evidence.status == "current",
+                    (Evidence.driver_version != driver) | Evidence.driver_version.is_(None))
+             .group_by(Evidence.device_type, Evidence.driver_version))
+    if device_type is not None:
+        query = query.where(Evidence.device_type == device_type)
+    rows = session.execute(query).all()
+    return sorted((StaleGroup(str(t), None if d is None else str(d), int(n)) for t, d, n in rows),
+                  key=lambda g: (g.device_type, g.old_driver or ""))
+
+
+def planned_pairs_by_type(plan: WarmPlan | None, driver: str) -> dict[str, list[dict[str, Any]]]:
+    """The plan's pairs (as drift-report entries: label, pair digest, key digests) by device type; a
+    pair whose device cannot be reached now is left out (the warm run reports it as failed)."""
+    from canary.admission import pair_key
+    from evidence_store import probe_queue
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pair in plan.pairs if plan is not None else ():
+        try:
+            req = _with_driver(load_pair(pair), driver)
+        except CanaryError:
+            continue
+        keys = [k for k in (pair_key(req, r) for r in req.snapshot.residents) if k is not None]
+        if not keys:
+            continue
+        out.setdefault(req.spec.name, []).append({
+            "probe_id": "manual", "pair_digest": probe_queue.pair_digest(keys),
+            "key_digests": [k.digest() for k in keys], "label": _label(req)})
+    return out
+
+
+def mark_stale_and_record_drift(db_url: str | None, *, driver: str, device_type: str | None, now: dt.datetime,
+                                plan: WarmPlan | None, note: str) -> tuple[int, list[str]]:
+    """Mark evidence recorded under other drivers stale and, in the same transaction, record one drift
+    event per device type and old driver (what ``canary drift`` lists; the agent records the same on a
+    driver change it sees), listing the plan's pairs of that device type. Returns (records marked,
+    drift event ids)."""
+    import socket
+
+    from evidence_store import evidence, fleet
+    from evidence_store.engine import session_scope
+
+    pairs = planned_pairs_by_type(plan, driver)
+    engine = open_store_for_writing(db_url)
+    with session_scope(engine) as session:
+        groups = _stale_groups(session, driver=driver, device_type=device_type)
+        marked = evidence.mark_stale(session, driver_not=driver, device_type=device_type)
+        ids = [fleet.record_drift(session, device_id=f"revalidate:{g.device_type}", node=socket.gethostname(),
+                                  device_type=g.device_type, old_driver=g.old_driver, new_driver=driver,
+                                  stale_marked=g.records, budget=len(pairs.get(g.device_type, [])),
+                                  probes=pairs.get(g.device_type, []), now=now, note=note)
+               for g in groups]
+    return marked, ids

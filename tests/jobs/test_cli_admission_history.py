@@ -53,6 +53,7 @@ def test_a_cli_admission_is_in_the_history_and_replays_as_the_same_pair(
     assert str(replayed.regime) in row.label and replayed.candidate.name == "embedding-service"
 
 
+@pytest.mark.slow
 def test_warm_from_history_plans_a_pair_admitted_with_the_cli(tmp_path: Path) -> None:
     """Two real processes: ``canary admit`` then ``canary warm --from-history`` on the same store."""
     url = migrated_sqlite(tmp_path / "store.sqlite3")

@@ -38,7 +38,7 @@ def test_warm_budget_exhaustion_skips_instead_of_overrunning(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_revalidate_marks_stale_and_reports_drift(tmp_path: Path) -> None:
     assert _run(tmp_path, "warm", PLAN).returncode == 0
-    proc = _run(tmp_path, "revalidate", "--driver", "590.10.01", "--plan", PLAN, "--json")
+    proc = _run(tmp_path, "revalidate", "--driver", "590.10.01", "--plan", PLAN, "--yes", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["stale_marked"] >= 3

@@ -99,7 +99,10 @@ class _Step:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
         if isinstance(exc, (AssertionError, subprocess.TimeoutExpired, KeyError, IndexError, TypeError)):
-            self.steps.failed.append(f"[{self.name}] {type(exc).__name__}: {str(exc)[:1500]}")
+            text = str(exc)
+            if len(text) > 1800:  # the head says what was run, the tail how it ended (a traceback's last line)
+                text = f"{text[:900]}\n  …\n{text[-900:]}"
+            self.steps.failed.append(f"[{self.name}] {type(exc).__name__}: {text}")
             return True
         return False
 

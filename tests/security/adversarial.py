@@ -491,12 +491,8 @@ STORE_CASES = [
 ]
 
 COMMAND_CASES = [
-    _c("expire-without-yes", "--db {store} evidence expire", 2, "would mark"),
-    _c("expire-before-without-yes", "--db {store} evidence expire --before 2030-01-01T00:00:00Z", 2, "would mark"),
     _c("expire-naive-time", "--db {store} evidence expire --before 2030-01-01 --yes", 2, "time zone"),
     _c("expire-bad-time", "--db {store} evidence expire --before yesterday --yes", 2, "iso-8601"),
-    _c("downgrade-without-yes", "--db {store} db downgrade base", 2, "would migrate"),
-    _c("downgrade-one-without-yes", "--db {store} db downgrade", 2, "would migrate"),
     _c("revoke-unknown", "--db {store} evidence revoke deadbeef --why test", 2, "no evidence"),
     _c("revoke-no-why", "--db {store} evidence revoke deadbeef", 2, "--why"),
     _c("show-unknown", "--db {store} evidence show zzzz", 2, "no evidence"),

@@ -107,9 +107,9 @@ SUBPROCESS_IDS = [
     "profile-bomb", "profile-fifo", "profile-deep", "snapshot-huge", "policy-json_nan", "policy-pol_ttl_1e300",
     "warm-plan_missing_candidate", "revalidate-missing-plan", "import-imp_safe_over_bound",
     "import-imp_samples_huge", "import-dev-zero", "export-dev-null", "admit-snapshot-ssrf",
-    "admit-resident-metadata", "db-missing-dir", "db-bad-port", "db-dsn", "downgrade-without-yes",
-    "feedback-nan", "expire-without-yes",
-]
+    "admit-resident-metadata", "db-missing-dir", "db-bad-port", "db-dsn",
+    "feedback-nan",
+]  # previews (downgrade, expire without --yes) are not bad input: tests/cli/test_previews.py
 
 
 @pytest.mark.slow
