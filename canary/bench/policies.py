@@ -28,7 +28,7 @@ import datetime as dt
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from canary.bench.truth import INTERFERENCE, slowdown_bound_pct
 
@@ -77,6 +77,9 @@ class Decision:
     # For the engine's canary decisions: the rule that decided the probe (judge, guard, slo, stall,
     # futility, budget); for a cached decision "cache".
     rule: str | None = None
+    # For the engine's canary decisions: the probe's summary (``ProbeSummary`` fields, JSON-ready,
+    # without its random id), so the benchmark can say what decided and on which data.
+    probe: dict[str, Any] | None = None
 
 
 def _resident_ceiling(req: Request) -> float:
@@ -348,7 +351,8 @@ class FullEngine:
                 time_to_admission_s=probe.time_used_s if probe is not None else 0.0,
                 exposure=probe.exposure_used if probe is not None else 0,
                 confidence=cert.confidence, decided_by=cert.decided_by, reason=cert.reason,
-                rule=(probe.decided_by_rule if probe is not None else ("cache" if cert.decided_by == "cache" else None)))
+                rule=(probe.decided_by_rule if probe is not None else ("cache" if cert.decided_by == "cache" else None)),
+                probe=probe.model_dump(mode="json", exclude={"probe_id"}) if probe is not None else None)
 
         return anyio.run(go)
 

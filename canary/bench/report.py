@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import statistics
 from pathlib import Path
 from typing import Any
 
 ENGINE = "+pairwise evidence (full engine)"
-PLOTS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png")
+PLOTS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png",
+         "time_to_admission_by_family.png")
+WHY_HEADING = "## Why each unknown and each false reject (full engine, seed {seed}, headline)"
 
 
 def write_all(doc: dict[str, Any], out_dir: Path, *, command: str) -> list[Path]:
@@ -124,7 +128,73 @@ def write_plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     paths.append(out_dir / "exposure_confidence.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
+
+    paths.append(out_dir / "time_to_admission_by_family.png")
+    plot_time_to_admission_by_family(doc, paths[-1])
     return paths
+
+
+VERDICT_COLORS = {"admit": "#4c9a2a", "reject": "#c0392b", "unknown": "#7f8c8d"}
+
+
+def _timelines(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per seed, each scenario's full-engine verdict and time (every seed when the run kept them, else
+    the one seed's)."""
+    by_seed = doc.get("engine_timeline_by_seed")
+    if by_seed:
+        return dict(by_seed)
+    return {str(doc["seed"]): list(doc.get("engine_timeline", []))}
+
+
+def plot_time_to_admission_by_family(doc: dict[str, Any], path: Path) -> None:
+    """A strip plot per family of the full engine's simulated time to its answer (every seed kept),
+    coloured by verdict — circles for the canary's answers with their median, squares for stage 1 and
+    the evidence cache (0 s) — against the telemetry window every threshold policy waits for;
+    symmetric-log scale so that 0 s and minutes both show."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    families: list[str] = doc["families"]
+    timelines = _timelines(doc)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.1 * len(families) + 3), 5.2))
+    top = 1.0
+    for i, family in enumerate(families):
+        entries = [e["engine"] for rows in timelines.values() for e in rows if e["family"] == family]
+        for k, eng in enumerate(entries):
+            x = i + ((k * 0.618) % 1.0 - 0.5) * 0.5
+            t = eng["time_to_admission_s"]
+            top = max(top, t)
+            ax.scatter(x, t, s=26, alpha=0.8, c=VERDICT_COLORS.get(eng["verdict"], "black"),
+                       marker="o" if eng["decided_by"] == "canary" else "s", edgecolors="none", zorder=3)
+        probed = [e["time_to_admission_s"] for e in entries if e["decided_by"] == "canary"]
+        if probed:
+            ax.hlines(statistics.median(probed), i - 0.32, i + 0.32, colors="black", linewidth=1.2, zorder=4)
+    window = doc.get("telemetry_window_s")
+    if window:
+        ax.axhline(window, color="#2c3e50", linestyle="--", linewidth=0.8, zorder=1)
+    counts = [sum(1 for rows in timelines.values() for e in rows if e["family"] == f) for f in families]
+    ax.set_xticks(range(len(families)), [f"{f}\n({n})" for f, n in zip(families, counts, strict=True)], fontsize=8)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(-0.3, top * 2)
+    ax.set_ylabel("simulated seconds to the answer (symlog)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(f"Time to admission by family, full engine (seeds {', '.join(timelines)}"
+                 f"{', quick' if doc['quick'] else ''})", fontsize=10)
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=f"{v} by the canary")
+               for v, c in VERDICT_COLORS.items()]
+    handles += [Line2D([], [], marker="s", linestyle="", color="#555555",
+                       label="stage 1 or cache (0 s; colour = verdict)"),
+                Line2D([], [], color="black", label="median of the canary's answers")]
+    if window:
+        handles.append(Line2D([], [], color="#2c3e50", linestyle="--",
+                              label=f"threshold policies' telemetry window ({window:g} s)"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -150,6 +220,141 @@ def _step_text(step: dict[str, Any]) -> str:
         if step[key]:
             parts.append(verb.format(n=len(step[key])) + " " + _ids(step[key]))
     return "; ".join(parts) if parts else "no change"
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _clip(text: str, limit: int = 220) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _pct_text(value: Any) -> str:
+    if isinstance(value, int | float) and math.isfinite(value):
+        return f"{round(value, 1) + 0.0:.1f}%"  # + 0.0: no "-0.0%"
+    return str(value).replace("inf%", "∞").replace("inf", "∞")
+
+
+def _truth_text(w: dict[str, Any]) -> str:
+    bound = w["bound_pct"]
+    slow = w["truth_slowdown_pct"]
+    if slow is None:
+        return ("safe" if w["truth_safe"] else f"unsafe ({w['truth_resource']})")
+    sign = "≤" if slow <= (bound if bound is not None else math.inf) else ">"
+    text = f"{'safe' if w['truth_safe'] else 'unsafe'}: {_pct_text(slow)} {sign} bound {_fmt(bound, 0)}%"
+    p99 = w.get("truth_p99_slowdown_pct")
+    if p99 is not None:
+        text += f" (p99 {_pct_text(p99)})"
+    return text
+
+
+def why_data(w: dict[str, Any]) -> str:
+    """The data behind one unknown or false reject, shortened: the probe's slowdown estimate and
+    interval, the pairs its budget allowed, what an SLO or guard rollback saw and its attribution
+    test, the window plan, and the simulated time and exposure used; without a probe, the engine's
+    reason."""
+    p = w.get("probe")
+    reason: str = w.get("reason") or ""
+    if w.get("error"):
+        return _clip(f"error: {w['error']}")
+    if p is None:
+        return _clip(reason)
+    parts: list[str] = []
+    if p.get("abort_cause"):
+        parts.append(f"candidate never ran ({p['abort_cause']})")
+    est = p.get("slowdown_estimate_pct")
+    interval = p.get("slowdown_interval_pct")
+    m = re.search(r"(\d+)% interval \[([^\]]*)\]", reason)
+    if est is not None:
+        text = f"slowdown {_pct_text(est)}"
+        if interval:
+            text += f", interval [{_pct_text(interval[0])}, {_pct_text(interval[1])}]"
+        elif m:
+            text += f", {m.group(1)}% interval [{m.group(2).replace('inf%', '∞')}]"
+        parts.append(text)
+    pairs = re.search(r"the (\d+) pair\(s\) the budget allows", reason)
+    eff = re.search(r"(\d+) effective pairs \(([\d.]+) so far\)", reason)
+    beyond = re.search(r"(\d+) pair\(s\) beyond the range of ([\d.]+)", reason)
+    if eff:
+        parts.append(f"{eff.group(2)} of {eff.group(1)} effective pairs")
+    if pairs:
+        parts.append(f"{pairs.group(1)} pairs the budget allows")
+    if beyond and beyond.group(1) != "0":
+        parts.append(f"{beyond.group(1)} pair(s) beyond the range of {beyond.group(2)} (no safe verdict after one)")
+    rollback = p.get("rollback_reason") or ""
+    single_window = w["rule"] in ("slo", "guard", "stall", "not-now", "unmeasurable")
+    if single_window and rollback:
+        parts.append(_clip(rollback.split(";")[0].split(" (")[0], 110))
+    if single_window and p.get("attribution"):
+        parts.append(_clip(str(p["attribution"]), 200))
+    if p.get("window_plan"):
+        parts.append(_clip(str(p["window_plan"]), 160))
+    used = f"{_fmt(p.get('time_used_s'), 0)} s simulated"
+    if p.get("windows") is not None:
+        used += f", {p['windows']} windows"
+    used += f", exposure {p.get('exposure_used')}"
+    parts.append(used)
+    return "; ".join(parts)
+
+
+def _why_section(doc: dict[str, Any], w: Any) -> None:
+    why = [x for x in doc.get("engine_why", []) if x["headline"]]
+    w(WHY_HEADING.format(seed=doc["seed"]) + "\n")
+    w("Every scenario of the headline where the full engine answered *unknown* or rejected a safe pair: the "
+      "truth (the resident's true slowdown against its bound), the verdict, the rule that decided — `hard-fit` "
+      "(stage 1), `cache`, `not-now` (the resident breaches its SLO alone; the candidate never ran), or the "
+      "probe's rule: `judge`, `guard`, `slo`, `stall`, `futility`, `budget`, `unmeasurable` — and the data "
+      "behind it (the engine's reason, shortened; results.json `engine_why` has it whole).\n")
+    if not why:
+        w("None: no unknown and no false reject in the headline.\n")
+    else:
+        w("| scenario | family | truth | verdict | rule | data |")
+        w("|---|---|---|---|---|---|")
+        for x in why:
+            verdict = x["verdict"] + (" (false reject)" if x["kind"] == "false reject" else "")
+            w(f"| `{x['scenario']}` | {x['family']} | {_cell(_truth_text(x))} | {verdict} | **{x['rule']}** | "
+              f"{_cell(why_data(x))} |")
+        w("")
+    out = [x for x in doc.get("engine_why", []) if not x["headline"]]
+    if out:
+        counts: dict[str, int] = {}
+        for x in out:
+            counts[x["rule"]] = counts.get(x["rule"], 0) + 1
+        w("Out of the headline (" + ", ".join(sorted({x["family"] for x in out})) + "): "
+          + ", ".join(f"{r} {n}" for r, n in sorted(counts.items())) + " (listed under \"Where the full engine is "
+          "wrong\").\n")
+    by_seed = doc.get("engine_why_counts_by_seed") or {str(doc["seed"]): doc.get("engine_why_counts", {})}
+    rules = sorted({r for c in by_seed.values() for r in c.get("headline", {})})
+    if rules:
+        w(f"Per rule over {'all ' + str(len(by_seed)) + ' seeds' if len(by_seed) > 1 else 'the seed'}, headline "
+          "(unknowns / false rejects):\n")
+        w("| rule | " + " | ".join(f"seed {s}" for s in by_seed) + " | total |")
+        w("|---|" + "---:|" * (len(by_seed) + 1))
+        for rule in rules:
+            cells = []
+            tu = tf = 0
+            for c in by_seed.values():
+                e = c.get("headline", {}).get(rule, {"unknowns": 0, "false_rejects": 0})
+                tu += e["unknowns"]
+                tf += e["false_rejects"]
+                cells.append(f"{e['unknowns']} / {e['false_rejects']}")
+            w(f"| {rule} | " + " | ".join(cells) + f" | **{tu} / {tf}** |")
+        w("")
+    w("Time to admission by family (full engine, every seed of the run): `time_to_admission_by_family.png`.\n")
+
+
+def _canary_admit_lines(doc: dict[str, Any], w: Any) -> None:
+    by_seed = doc.get("engine_canary_admits_by_seed") or {str(doc["seed"]): doc.get("engine_canary_admits")}
+    if not any(by_seed.values()):
+        return
+    w("**Median simulated time to a safe verdict decided by the canary** (full engine's admits by `canary`, "
+      "headline families): " + "; ".join(
+          f"seed {s}: {_fmt(v['median_s'])} s (n = {v['n']})" for s, v in by_seed.items() if v is not None)
+      + (f"; **over seeds: {_fmt(doc['engine_canary_admits_over_seeds']['median_s'])} s** "
+         f"(n = {doc['engine_canary_admits_over_seeds']['n']})" if "engine_canary_admits_over_seeds" in doc else "")
+      + ".\n")
 
 
 def render_markdown(doc: dict[str, Any], *, command: str) -> str:
@@ -206,10 +411,11 @@ def render_markdown(doc: dict[str, Any], *, command: str) -> str:
             text = ", ".join(f"{c} {v['rejections']}/{v['false_rejects']}" for c, v in causes.items()) or "none"
             w(f"- seed {s}: {text}")
         w("")
+    _canary_admit_lines(doc, w)
     if "engine_rejections" in doc:
         text = ", ".join(f"**{c}** {v['rejections']} ({v['false_rejects']} false)"
                          for c, v in doc["engine_rejections"].items()) or "none"
-        w("Full engine's rejections by cause (hard-fit, cache, or the probe's rule: judge, guard, slo, stall): "
+        w("Full engine's rejections by cause (hard-fit, cache, not-now, or the probe's rule: judge, guard, slo, stall): "
           + text + ".\n")
     w("## Ablation (whole suite)\n")
     w("| policy | false admits | false rejects | FA+FR | unknown (rate) | p99 violations | TTA mean / max (sim s) "
@@ -266,6 +472,7 @@ def render_markdown(doc: dict[str, Any], *, command: str) -> str:
               "evidence removes no error in this family.")
         w("")
 
+    _why_section(doc, w)
     w("## Where the full engine is wrong or could not decide\n")
     defects = doc["engine_defects"]
     if not defects:
@@ -290,5 +497,5 @@ def render_markdown(doc: dict[str, Any], *, command: str) -> str:
         w(f"| `{s['id']}` | {s['family']} | {s['regime']} | {_fmt(s['telemetry_pct']['utilization_gpu_pct'])} | "
           f"{truth} | {_fmt(t['resident_slowdown_pct'])} ({_fmt(t['bound_pct'], 0)}) | {e['verdict']} by {e['decided_by']} |")
     w("")
-    w("Plots: `ablation.png`, `confusion_by_family.png`, `time_to_admission.png`, `exposure_confidence.png`.\n")
+    w("Plots: " + ", ".join(f"`{p}`" for p in PLOTS) + ".\n")
     return "\n".join(out)

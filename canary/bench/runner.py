@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import statistics
 import tempfile
 import time
 import zlib
@@ -80,14 +81,42 @@ OUT_OF_HEADLINE = {
 }
 
 
+def deciding_rule(decision: Decision) -> str:
+    """What decided one of the engine's answers: ``hard-fit`` (stage 1), ``cache`` (an earlier probe's
+    evidence), ``not-now`` (the resident breaches its SLO alone, so the candidate never ran),
+    ``unmeasurable`` (no window the budget allows holds a statistic), the probe's rule — ``judge``,
+    ``guard``, ``slo``, ``stall``, ``futility``, ``budget`` — or ``error`` (the policy failed). A canary
+    decision without a recorded rule says so (``unrecorded``) instead of borrowing one."""
+    if decision.error is not None:
+        return "error"
+    if decision.decided_by == "canary":
+        cause = (decision.probe or {}).get("abort_cause")
+        if cause == "resident-over-slo":
+            return "not-now"
+        if cause:
+            return str(cause)
+        return decision.rule or "unrecorded"
+    return decision.decided_by or "unrecorded"
+
+
 def rejection_cause(decision: Decision) -> str | None:
-    """What made the engine reject: ``hard-fit``, ``cache`` (an earlier probe's evidence), or the probe's
-    rule — ``judge``, ``guard``, ``slo``, ``stall`` (``None`` when it did not reject)."""
+    """What made the engine reject (``deciding_rule``; ``None`` when it did not reject)."""
     if decision.verdict != "reject":
         return None
-    if decision.decided_by == "canary":
-        return decision.rule or "judge"
-    return decision.decided_by or "unknown"
+    return deciding_rule(decision)
+
+
+#: The probe's fields results.json keeps for the full engine's canary decisions (its id is random).
+PROBE_FIELDS = ("outcome", "decided_by_rule", "abort_cause", "time_used_s", "exposure_used", "windows", "window_s",
+                "window_plan", "attribution", "rollback_reason", "slowdown_estimate_pct", "slowdown_interval_pct",
+                "slowdown_estimand", "confidence")
+
+
+def probe_doc(decision: Decision) -> dict[str, Any] | None:
+    """The probe behind a canary decision, as results.json keeps it (``None`` without a probe)."""
+    if decision.probe is None:
+        return None
+    return {k: decision.probe.get(k) for k in PROBE_FIELDS}
 
 
 def sim_params(sc: Scenario) -> Any:
@@ -251,10 +280,14 @@ def run_suite(*, quick: bool, seed: int, progress: Progress | None = None,
         "invariants": invariants(metrics, order),
         "engine_defects": _engine_defects(rows),
         "engine_rejections": _rejections(rows),
+        "engine_why": engine_why(rows),
+        "engine_canary_admits": canary_admit_times(rows),
+        "engine_timeline": engine_timeline(rows),
         "consistency_families": [f for f in CONSISTENCY_FAMILIES if any(r.scenario.family == f for r in rows)],
         "out_of_headline": {f: why for f, why in OUT_OF_HEADLINE.items() if any(r.scenario.family == f for r in rows)},
         "seed_streams": "truth and probe draw from independent seeds per scenario (scenario_seed streams)",
     }
+    doc["engine_why_counts"] = why_counts(doc["engine_why"])
     doc["wall_total_s"] = time.perf_counter() - wall_start
     return doc
 
@@ -304,6 +337,11 @@ def run_seeds(*, quick: bool, seeds: Sequence[int], progress: Progress | None = 
     doc["engine_rejections_by_seed"] = {str(s): d["engine_rejections"] for s, d in zip(seeds, docs, strict=True)}
     doc["engine_defects_by_seed"] = {str(s): [x["scenario"] for x in d["engine_defects"]]
                                      for s, d in zip(seeds, docs, strict=True)}
+    doc["engine_why_counts_by_seed"] = {str(s): d["engine_why_counts"] for s, d in zip(seeds, docs, strict=True)}
+    doc["engine_canary_admits_by_seed"] = {str(s): d["engine_canary_admits"] for s, d in zip(seeds, docs, strict=True)}
+    pooled = [v for d in docs for v in d["engine_canary_admits"]["values_s"]]
+    doc["engine_canary_admits_over_seeds"] = {"n": len(pooled), "median_s": statistics.median(pooled) if pooled else None}
+    doc["engine_timeline_by_seed"] = {str(s): d["engine_timeline"] for s, d in zip(seeds, docs, strict=True)}
     doc["wall_total_s"] = sum(d["wall_total_s"] for d in docs)
     return doc
 
@@ -323,8 +361,82 @@ def _scenario_doc(r: Row, order: Sequence[str]) -> dict[str, Any]:
         "missing_counters": list(sc.missing_counters),
         "telemetry_pct": r.telemetry,
         "truth": asdict(r.truth),
-        "decisions": {name: {**asdict(r.decisions[name]), "wall_s": r.wall_s[name]} for name in order},
+        "decisions": {name: _decision_doc(r, name) for name in order},
     }
+
+
+def _decision_doc(r: Row, name: str) -> dict[str, Any]:
+    d = r.decisions[name]
+    doc = {k: v for k, v in asdict(d).items() if k != "probe"}
+    doc["wall_s"] = r.wall_s[name]
+    if name == ENGINE:
+        doc["deciding_rule"] = deciding_rule(d)
+        doc["probe"] = probe_doc(d)
+    return doc
+
+
+def engine_why(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Every unknown and false reject of the full engine: the scenario, its truth, the verdict, the
+    rule that decided and the probe's data behind it (``probe``: window plan, attribution, slowdown
+    estimate and interval, time and exposure used; ``None`` when no probe ran)."""
+    out = []
+    for r in rows:
+        d = r.decisions[ENGINE]
+        o = _outcome(r, d)
+        if not (o.unknown or o.false_reject):
+            continue
+        t = r.truth
+        out.append({
+            "scenario": r.scenario.id,
+            "family": r.scenario.family,
+            "headline": r.scenario.family not in OUT_OF_HEADLINE,
+            "kind": "false reject" if o.false_reject else "unknown",
+            "truth_safe": t.safe,
+            "truth_resource": t.resource,
+            "truth_slowdown_pct": t.resident_slowdown_pct,
+            "truth_p99_slowdown_pct": t.resident_p99_slowdown_pct,
+            "bound_pct": t.bound_pct,
+            "verdict": d.verdict,
+            "decided_by": d.decided_by,
+            "rule": deciding_rule(d),
+            "time_to_admission_s": d.time_to_admission_s,
+            "exposure": d.exposure,
+            "probe": probe_doc(d),
+            "reason": d.reason,
+            "error": d.error,
+        })
+    return out
+
+
+def why_counts(why: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
+    """``engine_why`` counted by rule: ``{"headline" | "out_of_headline": {rule: {"unknowns": n,
+    "false_rejects": n}}}``."""
+    out: dict[str, dict[str, dict[str, int]]] = {"headline": {}, "out_of_headline": {}}
+    for w in why:
+        part = out["headline" if w["headline"] else "out_of_headline"]
+        entry = part.setdefault(w["rule"], {"unknowns": 0, "false_rejects": 0})
+        entry["false_rejects" if w["kind"] == "false reject" else "unknowns"] += 1
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
+def canary_admit_times(rows: Sequence[Row]) -> dict[str, Any]:
+    """Simulated seconds to a safe verdict decided by the canary (the engine's admits ``by canary``),
+    over the headline families: the values (in suite order), their count and median (``None`` when
+    the canary admitted nothing)."""
+    values = [r.decisions[ENGINE].time_to_admission_s for r in rows
+              if r.scenario.family not in OUT_OF_HEADLINE and r.decisions[ENGINE].verdict == "admit"
+              and r.decisions[ENGINE].decided_by == "canary" and r.decisions[ENGINE].error is None]
+    return {"n": len(values), "median_s": statistics.median(values) if values else None, "values_s": values}
+
+
+def engine_timeline(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Per scenario, the full engine's verdict, what decided it and its simulated time to admission
+    (kept for every seed, for the time-to-admission plot by family)."""
+    return [{"scenario": r.scenario.id, "family": r.scenario.family,
+             "engine": {"verdict": r.decisions[ENGINE].verdict, "decided_by": r.decisions[ENGINE].decided_by,
+                        "rule": deciding_rule(r.decisions[ENGINE]),
+                        "time_to_admission_s": r.decisions[ENGINE].time_to_admission_s}}
+            for r in rows]
 
 
 def attribution(rows: Sequence[Row], chain: Sequence[str]) -> dict[str, list[dict[str, Any]]]:

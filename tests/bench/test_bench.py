@@ -4,6 +4,7 @@ truth of the hard-fit counterexamples, and the scoring rules."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ import pytest
 from canary.bench.metrics import Outcome, summarize
 from tests.support.paths import canary_cmd, cli_env
 
-PNGS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png")
+PNGS = ("ablation.png", "confusion_by_family.png", "time_to_admission.png", "exposure_confidence.png",
+        "time_to_admission_by_family.png")
 ENGINE = "+pairwise evidence (full engine)"
 
 
@@ -74,7 +76,7 @@ def test_spread_over_seeds_is_reported(quick_run: tuple[subprocess.CompletedProc
 @pytest.mark.slow
 def test_every_engine_rejection_is_attributed(results: dict[str, Any]) -> None:
     causes = results["engine_rejections"]
-    assert set(causes) <= {"hard-fit", "cache", "judge", "guard", "slo", "stall"}
+    assert set(causes) <= {"hard-fit", "cache", "not-now", "judge", "guard", "slo", "stall"}
     rejects = [s for s in results["scenarios"] if s["decisions"][ENGINE]["verdict"] == "reject"]
     assert sum(c["rejections"] for c in causes.values()) == len(rejects)
     false = sum(1 for s in rejects if s["truth"]["safe"])
@@ -83,6 +85,77 @@ def test_every_engine_rejection_is_attributed(results: dict[str, Any]) -> None:
         d = s["decisions"][ENGINE]
         if d["decided_by"] == "canary":
             assert d["rule"] in ("judge", "guard", "slo", "stall"), s["id"]
+
+
+WHY = "## Why each unknown and each false reject (full engine, seed 0, headline)"
+
+
+def _expected_rule(decision: dict[str, Any]) -> str:
+    """The rule a reader expects named: stage 1 or the cache by name; for a probe, a candidate that
+    never ran because the resident was over its SLO alone is "not now", else the probe's own rule."""
+    if decision["decided_by"] != "canary":
+        return str(decision["decided_by"])
+    probe = decision["probe"]
+    if probe["abort_cause"] == "resident-over-slo":
+        return "not-now"
+    return str(probe["abort_cause"] or probe["decided_by_rule"])
+
+
+@pytest.mark.slow
+def test_report_says_why_each_unknown_and_false_reject(quick_run: tuple[subprocess.CompletedProcess[str], Path],
+                                                      results: dict[str, Any]) -> None:
+    """Every headline unknown and false reject of the full engine has a row with its truth, its
+    deciding rule and the probe's data (window plan; attribution counts for an SLO or guard rollback);
+    the per-rule counts over seeds add up to the spread's unknowns and false rejects; the
+    time-to-admission plot by family is written and referenced."""
+    _, out = quick_run
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert WHY in report
+    section = report.split(WHY, 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`"): line for line in section.splitlines() if line.startswith("| `")}
+    out_of = set(results["out_of_headline"])
+    wanted = [s for s in results["scenarios"] if s["family"] not in out_of and (
+        s["decisions"][ENGINE]["verdict"] == "unknown"
+        or (s["decisions"][ENGINE]["verdict"] == "reject" and s["truth"]["safe"]))]
+    assert wanted, "the quick run has headline unknowns (an unprofiled resident at least)"
+    assert set(rows) == {s["id"] for s in wanted}
+    for s in wanted:
+        d = s["decisions"][ENGINE]
+        row = rows[s["id"]]
+        assert f"**{_expected_rule(d)}**" in row, row
+        assert row.split("|")[3].strip().startswith("safe" if s["truth"]["safe"] else "unsafe"), row
+        if d["decided_by"] == "canary":
+            probe = d["probe"]
+            assert probe["window_plan"] and probe["window_plan"][:30] in row, row
+            assert f"{probe['time_used_s']:.0f} s simulated" in row
+            if probe["decided_by_rule"] in ("slo", "guard"):
+                assert probe["attribution"] and " windows with the candidate and " in row, row
+        else:
+            assert d["probe"] is None
+    # Per rule over both seeds: the totals are the spread's headline unknowns and false rejects.
+    table = section.split("Per rule over all 2 seeds", 1)[1]
+    totals = [line.rsplit("|", 2)[1].strip().strip("*").split(" / ") for line in table.splitlines()
+              if line.startswith("| ") and "**" in line]
+    spread = results["across_seeds"][ENGINE]
+    assert sum(int(u) for u, _ in totals) == sum(spread["unknowns"]["values"])
+    assert sum(int(f) for _, f in totals) == sum(spread["false_rejects"]["values"])
+    assert "`time_to_admission_by_family.png`" in section
+    assert (out / "time_to_admission_by_family.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_median_time_to_a_safe_verdict_by_the_canary(quick_run: tuple[subprocess.CompletedProcess[str], Path],
+                                                     results: dict[str, Any]) -> None:
+    _, out = quick_run
+    out_of = set(results["out_of_headline"])
+    times = [s["decisions"][ENGINE]["time_to_admission_s"] for s in results["scenarios"]
+             if s["family"] not in out_of and s["decisions"][ENGINE]["verdict"] == "admit"
+             and s["decisions"][ENGINE]["decided_by"] == "canary"]
+    assert times, "the quick run has admits by the canary (the NCCL ring, the narrow resident)"
+    line = next(x for x in (out / "report.md").read_text(encoding="utf-8").splitlines()
+                if x.startswith("**Median simulated time to a safe verdict decided by the canary**"))
+    assert f"seed 0: {statistics.median(times):.1f} s (n = {len(times)})" in line
+    assert "seed 1: " in line and "over seeds: " in line
 
 
 @pytest.mark.slow
@@ -255,3 +328,24 @@ def test_coresidency_truth_comes_from_the_compiled_reference_table() -> None:
         assert truth.resource == table[sc.id]["resource"] and "cuda_occupancy.h" in truth.detail
     if missing_reason() is None:
         assert compute()["scenarios"] == table
+
+
+@pytest.mark.parametrize(("decision", "rule", "cause"), [
+    # The resident breached its SLO alone, so the candidate never ran: "not now", never the judge's.
+    (dict(verdict="reject", decided_by="canary", probe={"abort_cause": "resident-over-slo"}), "not-now", "not-now"),
+    (dict(verdict="unknown", decided_by="canary", rule="futility", probe={"abort_cause": None}), "futility", None),
+    (dict(verdict="reject", decided_by="canary", rule="slo", probe={"abort_cause": None}), "slo", "slo"),
+    (dict(verdict="unknown", decided_by="canary", rule=None, probe={"abort_cause": "unmeasurable"}),
+     "unmeasurable", None),
+    (dict(verdict="unknown", decided_by="canary", rule=None, probe={"abort_cause": None}), "unrecorded", None),
+    (dict(verdict="reject", decided_by="hard-fit"), "hard-fit", "hard-fit"),
+    (dict(verdict="admit", decided_by="cache", rule="cache"), "cache", None),
+    (dict(verdict="unknown", decided_by="error", error="ProbeError: boom"), "error", None),
+])
+def test_deciding_rule_names_what_decided(decision: dict[str, Any], rule: str, cause: str | None) -> None:
+    from canary.bench.policies import Decision
+    from canary.bench.runner import deciding_rule, rejection_cause
+
+    d = Decision(limiting_resource=None, time_to_admission_s=1.0, exposure=0, **decision)
+    assert deciding_rule(d) == rule
+    assert rejection_cause(d) == cause
