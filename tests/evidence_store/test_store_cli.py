@@ -102,7 +102,9 @@ def test_unreachable_database_is_exit_4_without_password(cli: Run) -> None:
     assert "Traceback" not in err
 
 
-def test_list_show_and_filters(cli: Run, sqlite_url: str) -> None:
+def test_list_show_and_filters(cli: Run, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whole rows, as a pipe gets them: a $COLUMNS left by the test runner's environment must not cut them.
+    monkeypatch.delenv("COLUMNS", raising=False)
     a, b, _ = _fill(sqlite_url)
     code, out, _ = cli("--db", sqlite_url, "evidence", "list")
     assert code == 0
