@@ -46,6 +46,8 @@ __all__ = [
     "cdna_occupancy",
     "cdna_sgpr_waves_per_simd",
     "cdna_vgpr_waves_per_simd",
+    "check_cdna_launch",
+    "check_cuda_launch",
     "cuda_occupancy",
     "kernel_occupancy",
 ]
@@ -238,6 +240,68 @@ def _check_kernel(registers_per_thread: int, threads_per_block: int, static: int
     )
     if threads_per_block == 0:
         raise InputError("a block needs at least one thread", field="threads_per_block")
+
+
+def _over_device_limit(spec: DeviceSpec, field: str, what: str, value: int, limit_field: str,
+                       limit: int, rule: str = "") -> InputError:
+    return InputError(
+        f"{value} {what}: {spec.name} allows at most {limit} ({limit_field}{rule}; catalog: "
+        f"{spec.source(limit_field)})",
+        field=field,
+    )
+
+
+def check_cuda_launch(
+    spec: DeviceSpec,
+    *,
+    registers_per_thread: int,
+    threads_per_block: int,
+    static_shared_bytes: int = 0,
+    dynamic_shared_bytes: int = 0,
+) -> None:
+    """Refuse (``InputError`` naming the argument, the value and the device's limit with its catalog
+    source) a kernel configuration no launch on ``spec`` can have, where the occupancy rules would
+    quietly answer 0 blocks: more threads per block than ``max_threads_per_block``
+    (``maxThreadsPerBlock``), more registers per thread than ``max_registers_per_thread``, more static
+    shared memory than ``shared_memory_per_block_bytes`` (``sharedMemPerBlock``: the compiler refuses
+    more; a larger block uses dynamic shared memory), or more static + dynamic shared memory than
+    ``shared_memory_per_block_optin_bytes`` (``sharedMemPerBlockOptin``); also a negative count or a
+    block without threads. For what a user types (``canary occupancy``); stage 1 keeps the 0 blocks of
+    the rules for a profile's kernel, as a finding that it can never launch."""
+    _require_cuda(spec)
+    _check_kernel(registers_per_thread, threads_per_block, static_shared_bytes, dynamic_shared_bytes)
+    if threads_per_block > spec.max_threads_per_block:
+        raise _over_device_limit(spec, "threads_per_block", "threads per block", threads_per_block,
+                                 "max_threads_per_block", spec.max_threads_per_block)
+    if registers_per_thread > spec.max_registers_per_thread:
+        raise _over_device_limit(spec, "registers_per_thread", "registers per thread", registers_per_thread,
+                                 "max_registers_per_thread", spec.max_registers_per_thread)
+    if static_shared_bytes > spec.shared_memory_per_block_bytes:
+        raise _over_device_limit(spec, "static_shared_bytes", "bytes of static shared memory per block",
+                                 static_shared_bytes, "shared_memory_per_block_bytes",
+                                 spec.shared_memory_per_block_bytes,
+                                 ": a block's further shared memory is dynamic, up to the opt-in limit")
+    total = static_shared_bytes + dynamic_shared_bytes
+    if total > spec.shared_memory_per_block_optin_bytes:
+        field = "dynamic_shared_bytes" if dynamic_shared_bytes > 0 else "static_shared_bytes"
+        raise _over_device_limit(spec, field, "bytes of static + dynamic shared memory per block", total,
+                                 "shared_memory_per_block_optin_bytes", spec.shared_memory_per_block_optin_bytes)
+
+
+def check_cdna_launch(spec: DeviceSpec, *, workgroup_size: int, lds_bytes: int = 0) -> None:
+    """``check_cuda_launch`` for a CDNA workgroup: at least one and at most ``max_threads_per_block``
+    work-items, at most ``shared_memory_per_block_bytes`` of LDS; the register counts are checked by
+    :func:`cdna_occupancy` itself."""
+    _require_cdna(spec)
+    _check_non_negative(workgroup_size=workgroup_size, lds_bytes=lds_bytes)
+    if workgroup_size == 0:
+        raise InputError("a workgroup needs at least one work-item", field="workgroup_size")
+    if workgroup_size > spec.max_threads_per_block:
+        raise _over_device_limit(spec, "workgroup_size", "work-items per workgroup", workgroup_size,
+                                 "max_threads_per_block", spec.max_threads_per_block)
+    if lds_bytes > spec.shared_memory_per_block_bytes:
+        raise _over_device_limit(spec, "lds_bytes", "bytes of LDS per workgroup", lds_bytes,
+                                 "shared_memory_per_block_bytes", spec.shared_memory_per_block_bytes)
 
 
 def block_footprint(

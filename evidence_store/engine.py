@@ -149,14 +149,34 @@ def short_error(error: BaseException) -> str:
     return first[0] if first else type(orig).__name__
 
 
+def _without_password(text: str, url: str | URL) -> str:
+    """``text`` with the URL's password (as given and percent-encoded) replaced by ``***``, should a
+    driver's message ever repeat it."""
+    if isinstance(url, URL):
+        secret = url.password
+    else:
+        try:
+            secret = make_url(url).password
+        except (exc.ArgumentError, ValueError):
+            secret = None
+    if not secret:
+        return text
+    from urllib.parse import quote
+
+    for form in {str(secret), quote(str(secret), safe="")}:
+        text = text.replace(form, "***")
+    return text
+
+
 def translate(error: exc.SQLAlchemyError, url: str | URL) -> Exception:
-    """A SQLAlchemy error as the project error a caller can act on."""
+    """A SQLAlchemy error as the project error a caller can act on; no message holds the password."""
     where = redact(url)
+    said = _without_password(short_error(error), url)
     if isinstance(error, exc.IntegrityError):
-        return InputError(f"the evidence store at {where} refused the write: {short_error(error)}")
+        return InputError(f"the evidence store at {where} refused the write: {said}")
     if is_transient(error):
-        return TransientStoreError(f"evidence store {where} is unavailable: {short_error(error)}")
-    return StoreUnavailable(f"evidence store {where} failed: {short_error(error)}")
+        return TransientStoreError(f"evidence store {where} is unavailable: {said}")
+    return StoreUnavailable(f"evidence store {where} failed: {said}")
 
 
 def _install_sqlite_hooks(engine: Engine, *, busy_timeout_s: float, foreign_keys: bool) -> None:

@@ -43,17 +43,36 @@ def _hide_userinfo(part: str) -> str:
 def redact_url(text: str) -> str:
     """``text`` (a store URL or a key=value connection string) with every password replaced by ``***``:
     any ``password=…`` (query parameter or key=value pair, quoted or not) and any user-info password
-    (``user:secret@``, up to the last ``@``). Over-redacts rather than risk a secret. Stdlib only."""
+    (``user:secret@``: from the first ``:`` after the user name up to the last ``@``, whatever lies
+    between — ``/``, ``#``, ``?``, spaces, control characters — as SQLAlchemy's
+    ``URL.render_as_string(hide_password=True)`` shows it). Over-redacts rather than risk a secret.
+    Stdlib only."""
     import re
 
     keys = "|".join(_SECRET_KEYS)
     out = re.sub(rf"(?i)((?:{keys})\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&#\s;]*)", r"\1***", text)
+    scheme, sep, rest = out.partition("://")
+    if sep:
+        # One URL: its user-info may hold anything up to the last '@', spaces included.
+        return _hide_userinfo(scheme) + sep + _hide_userinfo(rest)
 
     def token(match: re.Match[str]) -> str:
-        scheme, sep, rest = match.group().partition("://")
-        return _hide_userinfo(scheme) + sep + _hide_userinfo(rest) if sep else _hide_userinfo(scheme)
+        return _hide_userinfo(match.group())
 
     return re.sub(r"\S+", token, out)
+
+
+def _userinfo_delimiter(url: str) -> str | None:
+    """A character that ends a URL's authority (RFC 3986: ``/``, ``?`` or ``#``) standing in the
+    user-info as SQLAlchemy reads it (a user name without ``:`` or ``/``, then ``:`` and a password up to
+    the next ``@``), such as the ``/`` of a password ``pa/ss``: the URL then reads two ways, SQLAlchemy's
+    and RFC 3986's (host ``u``, port ``pa``). ``None`` when the user-info holds none."""
+    import re
+
+    found = re.match(r"[^:/]*(?::[^@]*)?@", url.split("://", 1)[1])
+    if found is None:
+        return None
+    return next((c for c in found.group()[:-1] if c in "/?#"), None)
 
 
 def check_db_url(url: str) -> None:
@@ -100,10 +119,17 @@ def check_db_url(url: str) -> None:
         if path.exists() and not path.is_file() and path != default_sqlite_path():
             raise bad(f"{path} is not a regular file")
         return
+    cut = _userinfo_delimiter(url)
+    if cut is not None:
+        # urlsplit would read the password's tail as host, port and path; never echo what it read.
+        raise bad(f"cannot parse {shown}: the user name or password holds {cut!r}, which ends the host part "
+                  f"of a URL, so it reads two ways; percent-encode '/', '?', '#' and '@' in a user name, password "
+                  f"or query value ({cut!r} is %{ord(cut):02X})")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
-    except ValueError as exc:
-        raise bad(f"cannot parse {shown}: {exc}") from None
+    except ValueError:
+        # The parser's own message repeats what it read as the port, which may be part of a secret.
+        raise bad(f"cannot parse {shown}: the port must be a whole number from 0 to 65535") from None
     if not parts.hostname and "host=" not in parts.query:
         raise bad(f"no host in {shown}")

@@ -2,12 +2,18 @@
 
 Functions take the caller's ``Session`` and never commit; none reads the clock (callers pass ``now``).
 A booking is atomic against concurrent bookings of the same device (``reserve`` locks the device).
+
+A new MIG GPU instance is booked with ``reserve_mig_instance``: its memory against the instance's own
+device, ``DEVICE/mig:PROFILE@START`` (``mig_instance_device``), and its placement against the physical
+device, which it locks, so no two active bookings hold overlapping memory slices. ``mig_bookings``
+lists the MIG instances booked on a physical device, for stage 1 to count as taken.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 
 from sqlalchemy import Select, bindparam, func, select, update
@@ -17,10 +23,27 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError
+from canary.regime import parse_mig_instance
 from evidence_store.errors import ReservationConflict
 from evidence_store.leases import lease_until
 from evidence_store.models import Device, Reservation
 from evidence_store.schemas import ReservationOut, to_utc
+
+#: Between a physical device's id and a MIG instance's name in the id its bookings are made against.
+MIG_INSTANCE_SEPARATOR = "/mig:"
+
+
+def mig_instance_device(device_id: str, instance: str) -> str:
+    """The device id a MIG instance's bookings are made against: ``DEVICE/mig:PROFILE@START`` (the
+    instance's memory is its own, shared with nothing else on the physical device)."""
+    return f"{device_id}{MIG_INSTANCE_SEPARATOR}{instance}"
+
+
+def lock_device(session: Session, device_id: str, now: datetime) -> None:
+    """Hold the booking lock of ``device_id`` until the caller's transaction ends (``_lock_device``):
+    what is read after it sees every booking committed before, and no booking of the device can be
+    added until the transaction ends."""
+    _lock_device(session, device_id, now)
 
 
 def _lock_device(session: Session, device_id: str, now: datetime) -> None:
@@ -146,6 +169,95 @@ def reserve(
     session.add(row)
     session.flush()
     return ReservationOut.model_validate(row)
+
+
+def _slices(instance: str | None, profile_slices: Mapping[str, int]) -> tuple[int, int] | None:
+    """``[start, end)`` of a booked ``PROFILE@START`` instance; ``None`` when where it sits is unknown
+    (no start, or a profile ``profile_slices`` lacks)."""
+    if instance is None:
+        return None
+    try:
+        profile, start = parse_mig_instance(instance)
+    except InputError:
+        return None
+    size = profile_slices.get(profile)
+    return None if start is None or size is None else (start, start + size)
+
+
+def reserve_mig_instance(
+    session: Session,
+    *,
+    device_id: str,
+    holder: str,
+    profile: str,
+    start: int,
+    size: int,
+    profile_slices: Mapping[str, int],
+    memory_bytes: int,
+    capacity_memory_bytes: int,
+    lease_s: float,
+    now: datetime,
+) -> ReservationOut:
+    """Book a new MIG GPU instance of ``profile`` at memory slices ``[start, start + size)`` of the
+    physical device ``device_id``, with ``memory_bytes`` of its memory (against
+    ``capacity_memory_bytes``, the instance's own, on ``mig_instance_device``).
+
+    Atomic against concurrent bookings of the device: the physical device is locked, then the
+    instance is refused (``ReservationConflict``, resource ``mig``, exit 1) when its slices overlap
+    those of a MIG instance another active booking holds there. ``profile_slices`` (profile name →
+    memory slices: the device's catalog table) places the other bookings by their names; one whose
+    place cannot be told (a profile it lacks) counts as overlapping. The conflict names every
+    instance booked on the device and its holder."""
+    if size < 1 or start < 0:
+        raise InputError(f"a MIG placement needs start >= 0 and size >= 1, got start {start}, size {size}",
+                         field="mig_instance")
+    instance = f"{profile}@{start}"
+    _lock_device(session, device_id, to_utc(now))
+    held = mig_bookings(session, device_id, now)
+    clashes = []
+    for booking in held:
+        span = _slices(booking.mig_instance, profile_slices)
+        if span is None or (span[0] < start + size and start < span[1]):
+            clashes.append(booking)
+    if clashes:
+        named = ", ".join(f"{b.mig_instance} (held by {b.holder})" for b in clashes)
+        by_start = sorted(held, key=lambda b: (_slices(b.mig_instance, profile_slices) or (1 << 30, 0),
+                                               b.mig_instance or ""))  # by first slice; unknown places last
+        every = ", ".join(f"{b.mig_instance}" for b in by_start)
+        raise ReservationConflict(
+            device_id=device_id,
+            resource="mig",
+            requested=1,
+            reserved=1,
+            capacity=1,
+            detail=(f"MIG instance {instance} (memory slices [{start},{start + size})) overlaps {named}; "
+                    f"MIG instances booked on the device: {every}"),
+        )
+    return reserve(session, device_id=mig_instance_device(device_id, instance), holder=holder,
+                   memory_bytes=memory_bytes, mig_instance=instance, capacity_memory_bytes=capacity_memory_bytes,
+                   lease_s=lease_s, now=now)
+
+
+def mig_bookings(session: Session | Connection, device_id: str, now: datetime) -> list[ReservationOut]:
+    """The MIG instances booked on the physical device ``device_id`` that count at ``now`` (unreleased,
+    lease not expired), oldest first: the bookings made against ``mig_instance_device(device_id, …)``.
+    ``session`` may be a Core ``Connection`` (the admission's read) or a ``Session``."""
+    prefix = device_id + MIG_INSTANCE_SEPARATOR
+    r = Reservation
+    query = (
+        select(r.id, r.device_id, r.holder, r.memory_bytes, r.mps_pct, r.mig_instance, r.created_at, r.expires_at,
+               r.released_at)
+        .where(
+            # LIKE finds the candidates (SQLite's LIKE ignores ASCII case); the exact id is checked below.
+            r.device_id.startswith(prefix, autoescape=True),
+            r.mig_instance.is_not(None),
+            r.released_at.is_(None),
+            r.expires_at > to_utc(now),
+        )
+        .order_by(r.created_at, r.id)
+    )
+    rows = [ReservationOut.model_validate(dict(row._mapping)) for row in session.execute(query)]
+    return [row for row in rows if row.device_id == prefix + (row.mig_instance or "")]
 
 
 def release(session: Session, reservation_id: str, *, now: datetime | None = None) -> None:

@@ -100,7 +100,8 @@ def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0,
     """Stage 1 for this request, with the memory other admissions booked (``None``: unknown) and
     where that number came from."""
     return check(req.snapshot, req.spec, req.candidate, req.policy, req.regime,
-                 reserved_bytes_by_others=reserved_bytes_by_others, reservations_source=reservations_source)
+                 reserved_bytes_by_others=reserved_bytes_by_others, reservations_source=reservations_source,
+                 mig_booked=req.mig_booked)
 
 
 def hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:
@@ -108,6 +109,10 @@ def hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:
     lim = hard.limiting_finding
     if hard.verdict == "no":
         assert lim is not None
+        if req.mig_refused:  # a chosen MIG regime: every profile the candidate accepts was tried
+            each = "; ".join(f"{f.subject}: {f.resource} ({f.shortfall}) — {f.detail}" for f in req.mig_refused)
+            return Decision("reject", f"does not fit in any MIG profile it accepts: {each}", "hard-fit",
+                            confidence=1.0)
         return Decision("reject", f"does not fit: {lim.resource} — {lim.detail or 'demand exceeds availability'}",
                         "hard-fit", confidence=1.0)
     if hard.verdict == "unknown":

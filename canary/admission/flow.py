@@ -21,18 +21,19 @@ from canary.admission.decisions import (
     hard_fit,
     make_certificate,
     probe_decision,
-    reservation_plan,
     settle,
 )
 from canary.admission.request import Request
 from canary.admission.store import (
     EvidenceAccess,
+    book,
     feedback_evidence,
     history_entry,
     open_store_for_writing,
     probe_evidence,
+    refit_mig,
 )
-from canary.certificate import Certificate, HardFit, ReservationRef
+from canary.certificate import Certificate, HardFit
 from canary.errors import InputError
 from canary.profile import WorkloadProfile
 from canary.snapshot import Resident
@@ -79,7 +80,7 @@ class Stage1Memo:
     def __call__(self, req: Request, *, reserved_bytes_by_others: int | None,
                  reservations_source: str | None) -> HardFit:
         inputs = (req.snapshot, req.candidate, req.spec, req.policy)
-        key = (*map(id, inputs), req.regime, reserved_bytes_by_others, reservations_source)
+        key = (*map(id, inputs), req.regime, req.mig_booked, reserved_bytes_by_others, reservations_source)
         hit = self._entries.get(key)
         if hit is not None:
             self.hits += 1
@@ -103,6 +104,7 @@ NOT_CONSULTED = ("not counted: no evidence store consulted (--no-store), so memo
 def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime, *, stage1: Stage1 = hard_fit) -> Certificate:
     """Stage 1 and an evidence lookup (bookings and evidence in one statement); never probes."""
     if access is not None:
+        req = access.with_mig_bookings(req, now)  # MIG: instances others booked are taken
         reserved, source, evidence = access.decision_inputs(req, now)
     else:  # the caller chose not to read the store (gpu-fit --no-store): say so next to the number
         reserved, source = 0, NOT_CONSULTED
@@ -118,6 +120,7 @@ def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime, *,
     evidence decides without a probe (or a resident without a profile makes a probe pointless).
     The service uses it to coordinate probes (one per pair key) before deciding.
     ``evidence_as_of``: only evidence still fresh then counts (``EvidenceAccess.lookup``'s ``as_of``)."""
+    req = access.with_mig_bookings(req, now)  # MIG: instances others booked are taken
     reserved, source, evidence = access.decision_inputs(req, now, as_of=evidence_as_of)
     hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
     return list(settle(req, hard, evidence).probe_keys)
@@ -159,6 +162,7 @@ async def admit_async(
         engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess.over(engine)
     started = clock()
+    req = access.with_mig_bookings(req, started)  # MIG: instances others booked are taken
     # the bookings and the evidence: one statement, one snapshot of the store
     reserved, source, evidence = access.decision_inputs(req, started, as_of=evidence_as_of)
     hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
@@ -190,7 +194,6 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
     from evidence_store.engine import session_scope
     from evidence_store.errors import ReservationConflict
     from evidence_store.evidence import record_evidence
-    from evidence_store.reservations import reserve as book
 
     if not runs and not reserve and not log_history:  # nothing to write: no write transaction at all
         return make_certificate(req, hard, decision, finished)
@@ -204,18 +207,15 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
                 resident=",".join(run.resident for run in runs), key=None, outcome=decision.verdict,
                 ids=tuple(recorded_ids), timestamp=finished, confidence=decision.confidence,
                 sources=("canary",), reason="recorded by this admission's probe(s)")))
+        if decision.verdict == "admit" and reserve and req.regime.kind == "mig":
+            # under the device's lock: a placement booked since the decision's read is taken
+            req, hard, decision = refit_mig(session, req, hard, decision, finished)
         if decision.verdict == "admit" and reserve:
-            plan = reservation_plan(req, hard)
             try:
-                booking = book(
-                    session, device_id=plan.device_id, holder=f"{req.candidate.name}@{req.candidate.version}",
-                    memory_bytes=plan.memory_bytes, mig_instance=plan.mig_instance,
-                    capacity_memory_bytes=plan.capacity_bytes, lease_s=req.policy.reservation_lease_s, now=finished)
-                decision = dataclasses.replace(decision, reservations=(ReservationRef(
-                    id=booking.id, memory_bytes=booking.memory_bytes, mig_instance=plan.mig_instance,
-                    lease_expires_at=booking.expires_at),))
+                decision = dataclasses.replace(decision, reservations=(book(session, req, hard, finished),))
             except ReservationConflict as exc:
-                decision = Decision("reject", f"another admission booked the memory first: {exc}", "hard-fit",
+                what = "the MIG instance" if exc.resource == "mig" else "the memory"
+                decision = Decision("reject", f"another admission booked {what} first: {exc}", "hard-fit",
                                     confidence=1.0, evidence=decision.evidence, probe=decision.probe)
         cert = make_certificate(req, hard, decision, finished)
         if reserve:

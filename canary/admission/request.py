@@ -6,6 +6,7 @@ candidate profile, the policy and the settled regime. Nothing here reads the evi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from canary._values import value_methods
 from canary.errors import InputError
-from canary.hardfit import choose_regime, parse_regime
+from canary.hardfit import MigBooking, choose_regime, parse_regime
 from canary.policy import Policy
 from canary.profile import WorkloadProfile
 from canary.regime import Regime
@@ -23,6 +24,7 @@ from canary.snapshot import DeviceSnapshot, Resident
 if TYPE_CHECKING:
     from canary.backends import ResolvedDevice
     from canary.catalog import DeviceSpec
+    from canary.certificate import Finding
     from canary.probe.simlink import SimParams
     from evidence_store.keys import PairKey
 
@@ -41,6 +43,15 @@ class Request:
     #: ``canary bench`` to replay measured pairs under their calibrated regime. Admission only passes
     #: them on to the sim adapters (``canary.probe.simlink``); it never imports the simulator.
     sim_params: SimParams | None = None
+    #: Whether the caller gave the regime (``--regime``); else it follows the device (``choose_regime``)
+    #: and is chosen again when the MIG instances others booked are known (``with_mig_bookings``).
+    regime_given: bool = False
+    #: MIG instances other admissions booked on this device (evidence-store reservations), which stage 1
+    #: counts as taken; empty until read (``with_mig_bookings``).
+    mig_booked: tuple[MigBooking, ...] = ()
+    #: A chosen MIG regime the candidate fits none of its accepted profiles in: the finding that rules out
+    #: each profile (``RegimeChoice.mig_refused``); empty otherwise.
+    mig_refused: tuple[Finding, ...] = ()
 
     @property
     def snapshot(self) -> DeviceSnapshot:
@@ -89,9 +100,25 @@ def build_request(
         chosen, why = (parse_regime(regime) if isinstance(regime, str) else regime), "given with --regime"
         if device.spec.vendor == "amd" and chosen.kind in ("mig", "mps", "green"):
             raise InputError(f"regime {chosen} is NVIDIA-only; {device.spec.name} is an AMD device", field=regime_field)
-    else:
-        chosen, why = choose_regime(snap, device.spec, candidate, policy)
-    return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why)
+        return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why,
+                       regime_given=True)
+    choice = choose_regime(snap, device.spec, candidate, policy)
+    return Request(device=device, candidate=candidate, policy=policy, regime=choice.regime,
+                   regime_chosen_by=choice.why, mig_refused=choice.mig_refused)
+
+
+def with_mig_bookings(req: Request, booked: tuple[MigBooking, ...]) -> Request:
+    """``req`` as of the MIG instances other admissions booked on its device: stage 1 counts them as
+    taken, and a regime that followed the device (not given) is chosen again with them, so a candidate
+    whose first choice is booked full moves to another profile it accepts. ``req`` itself when the
+    bookings are the ones it already has."""
+    if booked == req.mig_booked:
+        return req
+    if req.regime_given or not req.snapshot.mig.enabled:
+        return dataclasses.replace(req, mig_booked=booked)
+    choice = choose_regime(req.snapshot, req.spec, req.candidate, req.policy, mig_booked=booked)
+    return dataclasses.replace(req, regime=choice.regime, regime_chosen_by=choice.why,
+                               mig_refused=choice.mig_refused, mig_booked=booked)
 
 
 FRESH_UNTIL_FIELD = "evidence_fresh_until"

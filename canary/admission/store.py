@@ -9,22 +9,37 @@ imported only when a store is really opened.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from canary.admission.decisions import PairEvidence, ProbeRun
-from canary.admission.request import Request, pair_key
+from canary.admission.decisions import (
+    Decision,
+    PairEvidence,
+    ProbeRun,
+    hard_fit,
+    hard_fit_decision,
+    reservation_plan,
+)
+from canary.admission.request import Request, pair_key, with_mig_bookings
+from canary.certificate import GpuInstancePlacement, ReservationRef
+from canary.errors import InputError
+from canary.hardfit import MigBooking
+from canary.regime import parse_mig_instance
 from canary.snapshot import Resident
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.engine import Connection
+    from sqlalchemy.orm import Session
 
+    from canary.catalog import DeviceSpec
+    from canary.certificate import HardFit
     from evidence_store.keys import PairKey
-    from evidence_store.schemas import EvidenceIn, LookupResult
+    from evidence_store.schemas import EvidenceIn, LookupResult, ReservationOut
 
 T = TypeVar("T")
 
@@ -124,6 +139,16 @@ class EvidenceAccess:
             evidence_at=at, ttl_s=req.policy.evidence_ttl_s))
         return booked, BOOKED_SOURCE, evidence_from_rows(req, keys, rows, at=at, now=now)
 
+    def with_mig_bookings(self, req: Request, now: dt.datetime) -> Request:
+        """``req`` as of the MIG instances other admissions booked on its device at ``now``
+        (``request.with_mig_bookings``): one read, only where MIG is enabled and a store exists."""
+        if not req.snapshot.mig.enabled or not self.present:
+            return req
+        from evidence_store.reservations import mig_bookings
+
+        rows = self._statement(lambda connection: mig_bookings(connection, req.device_id, now))
+        return with_mig_bookings(req, booked_mig_instances(req.spec, rows))
+
     def _statement(self, fn: Callable[[Connection], T]) -> T:
         """``fn``'s read, one statement, outside any transaction (``_single_statement``)."""
         with _single_statement(self.engine) as connection:
@@ -138,6 +163,69 @@ class EvidenceAccess:
 
 #: Where the booked memory of a decision comes from, when a store was read.
 BOOKED_SOURCE = "evidence store: memory booked by other admissions on this device"
+
+
+def booked_mig_instances(spec: DeviceSpec, rows: list[ReservationOut]) -> tuple[MigBooking, ...]:
+    """The MIG instances of these bookings (``evidence_store.reservations.mig_bookings``), placed by the
+    catalog's profile sizes; a booking whose profile or start cannot be read keeps its name without a
+    placement (stage 1 then cannot call any placement free)."""
+    out = []
+    for row in rows:
+        instance = row.mig_instance or ""
+        placement = None
+        try:
+            name, start = parse_mig_instance(instance)
+            profile = spec.mig_profile(name)
+        except InputError:
+            start = None
+        else:
+            if start is not None:
+                placement = GpuInstancePlacement(profile=profile.name, start=start, size=profile.memory_slices)
+        out.append(MigBooking(instance=instance, holder=row.holder, placement=placement))
+    return tuple(out)
+
+
+def book(session: Session, req: Request, hard: HardFit, now: dt.datetime) -> ReservationRef:
+    """Book an admitted candidate (``decisions.reservation_plan``) in the caller's transaction: its memory
+    on the device, or under MIG a new GPU instance at stage 1's placement (its memory against the
+    instance's own; ``evidence_store.reservations.reserve_mig_instance``). Raises ``ReservationConflict``
+    when another admission booked it first."""
+    from evidence_store.reservations import reserve, reserve_mig_instance
+
+    plan = reservation_plan(req, hard)
+    holder = f"{req.candidate.name}@{req.candidate.version}"
+    if plan.mig_instance is not None and hard.mig_placement is not None:
+        spot = hard.mig_placement
+        booking = reserve_mig_instance(
+            session, device_id=req.device_id, holder=holder, profile=spot.profile, start=spot.start, size=spot.size,
+            profile_slices={p.name: p.memory_slices for p in req.spec.mig_profiles}, memory_bytes=plan.memory_bytes,
+            capacity_memory_bytes=plan.capacity_bytes, lease_s=req.policy.reservation_lease_s, now=now)
+    else:
+        booking = reserve(session, device_id=plan.device_id, holder=holder, memory_bytes=plan.memory_bytes,
+                          capacity_memory_bytes=plan.capacity_bytes, lease_s=req.policy.reservation_lease_s, now=now)
+    return ReservationRef(id=booking.id, memory_bytes=booking.memory_bytes, mig_instance=plan.mig_instance,
+                          lease_expires_at=booking.expires_at)
+
+
+def refit_mig(session: Session, req: Request, hard: HardFit, decision: Decision,
+              now: dt.datetime) -> tuple[Request, HardFit, Decision]:
+    """An admission under MIG, decided again against the MIG instances booked on the device when it
+    books: the device's booking lock is taken first (``evidence_store.reservations.lock_device``), so
+    a booking committed since the decision's read is seen, and the candidate takes another free
+    placement (or another profile it accepts, when the regime was chosen) — or is rejected, naming the
+    placements held. The request, stage 1 and decision to record; the same ones when nothing changed."""
+    from evidence_store.reservations import lock_device, mig_bookings
+
+    lock_device(session, req.device_id, now)
+    again = with_mig_bookings(req, booked_mig_instances(req.spec, mig_bookings(session, req.device_id, now)))
+    if again is req:
+        return req, hard, decision
+    # Under MIG the instance's memory is its own: the device's memory bookings do not enter stage 1.
+    refit = hard_fit(again, reserved_bytes_by_others=0,
+                     reservations_source="not counted under MIG: the new instance's memory is its own")
+    decided = hard_fit_decision(again, refit)
+    assert decided is not None  # stage 1 decides every MIG admission by itself
+    return again, refit, dataclasses.replace(decided, evidence=decision.evidence, probe=decision.probe)
 
 
 def evidence_time(now: dt.datetime, as_of: dt.datetime | None) -> dt.datetime:

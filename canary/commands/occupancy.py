@@ -210,7 +210,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from canary.catalog import lookup
-    from canary.occupancy import CUDA_OCC_HEADER_VERSION, cdna_occupancy, cuda_occupancy
+    from canary.occupancy import (
+        CUDA_OCC_HEADER_VERSION,
+        cdna_occupancy,
+        check_cdna_launch,
+        check_cuda_launch,
+        cuda_occupancy,
+    )
 
     spec = lookup(args.device)
     payload: dict[str, Any]
@@ -224,6 +230,9 @@ def _run(args: argparse.Namespace) -> int:
             if args.dynamic_smem is None
             else parse_size_bytes(args.dynamic_smem, "--dynamic-smem"),
         }
+        # Bad input, not "0 blocks": a configuration no launch on this device can have (limits from the catalog).
+        check_cuda_launch(spec, registers_per_thread=args.regs, threads_per_block=args.threads,
+                          static_shared_bytes=sizes["static"], dynamic_shared_bytes=sizes["dynamic"])
         result = cuda_occupancy(
             spec,
             registers_per_thread=args.regs,
@@ -241,6 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.vgprs is None:
             raise InputError(f"{spec.name} is an AMD device: --vgprs is required", field="--vgprs")
         lds = 0 if args.lds is None else parse_size_bytes(args.lds, "--lds")
+        check_cdna_launch(spec, workgroup_size=args.threads, lds_bytes=lds)
         cdna_result = cdna_occupancy(
             spec,
             vgprs=args.vgprs,

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from canary.certificate import Finding, FitVerdict, HardFit
-from canary.hardfit._context import Check, Demand, FitContext
-from canary.hardfit.choice import choose_regime
+from canary.hardfit._context import Check, Demand, FitContext, MigBooking
+from canary.hardfit.choice import RegimeChoice, choose_regime
 from canary.hardfit.compute import check_launch, check_sm_coresidency
 from canary.hardfit.memory import bookable_bytes, check_hbm, check_unlisted_context
 from canary.hardfit.modes import check_compute_mode, check_sharing_mode
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from canary.profile import WorkloadProfile
     from canary.snapshot import DeviceSnapshot
 
-__all__ = ["CHECKS", "RESOURCE_ORDER", "Demand", "FitContext", "Regime", "check", "choose_regime", "parse_regime"]
+__all__ = ["CHECKS", "RESOURCE_ORDER", "Demand", "FitContext", "MigBooking", "Regime", "RegimeChoice", "check",
+           "choose_regime", "parse_regime"]
 
 # Registered in one place, in the order that decides the limiting resource.
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -76,12 +77,14 @@ def check(
     *,
     reserved_bytes_by_others: int | None = 0,
     reservations_source: str | None = None,
+    mig_booked: tuple[MigBooking, ...] = (),
 ) -> HardFit:
     """Run every stage-1 check; return all findings, the verdict and the limiting resource, with
-    the demand, the memory bookings share and (MIG) the placement as numbers."""
+    the demand, the memory bookings share and (MIG) the placement as numbers. ``mig_booked``: the
+    MIG instances other admissions booked on the device, which hold their placements."""
     ctx = FitContext.prepare(snapshot, spec, candidate, policy, regime,
                              reserved_bytes_by_others=reserved_bytes_by_others,
-                             reservations_source=reservations_source)
+                             reservations_source=reservations_source, mig_booked=mig_booked)
     findings: list[Finding] = []
     for _name, fn in CHECKS:
         findings.extend(fn(ctx))

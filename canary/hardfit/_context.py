@@ -36,6 +36,21 @@ class Demand:
 
 @value_methods
 @dataclass(frozen=True, eq=False, repr=False)
+class MigBooking:
+    """A MIG GPU instance another admission booked on this device (an evidence-store reservation) and
+    the device may not show yet: it holds its placement until its lease ends or it is released.
+
+    ``placement`` is ``None`` when the booking names a profile the catalog does not list for this
+    device, so where it sits is unknown (and no placement can be called free)."""
+
+    instance: str
+    """``PROFILE@START``, as booked."""
+    holder: str
+    placement: GpuInstancePlacement | None
+
+
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
 class FitContext:
     snapshot: DeviceSnapshot
     spec: DeviceSpec
@@ -47,6 +62,8 @@ class FitContext:
     """The HBM equation's terms, computed once and read by every check that needs them."""
     caveats: list[str] = field(default_factory=list)
     """Checks append what the certificate must say without it deciding the fit."""
+    mig_booked: tuple[MigBooking, ...] = ()
+    """MIG instances other admissions booked on this device (``MigBooking``)."""
 
     @classmethod
     def prepare(
@@ -59,15 +76,16 @@ class FitContext:
         *,
         reserved_bytes_by_others: int | None = 0,
         reservations_source: str | None = None,
+        mig_booked: tuple[MigBooking, ...] = (),
     ) -> FitContext:
         """Compute the demand and the HBM balance once. ``reserved_bytes_by_others``: memory booked
         by other admissions (evidence-store reservations) not yet visible on the device; ``None``
-        when the store could not say."""
+        when the store could not say. ``mig_booked``: MIG instances other admissions booked there."""
         demand = Demand(candidate.memory.peak_bytes, policy.per_context_overhead_bytes)
         balance = hbm_balance(snapshot, spec, policy, acquire_deadline_ms=candidate.memory.acquire_deadline_ms,
                               reserved_bytes_by_others=reserved_bytes_by_others,
                               reservations_source=reservations_source)
-        return cls(snapshot, spec, candidate, policy, regime, demand, balance)
+        return cls(snapshot, spec, candidate, policy, regime, demand, balance, mig_booked=tuple(mig_booked))
 
 
 Check = Callable[[FitContext], list[Finding]]

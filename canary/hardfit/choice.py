@@ -1,44 +1,142 @@
 """How the regime is chosen when the caller does not say: from the device's sharing state and the
-candidate's accepted modes."""
+candidate's accepted modes.
+
+Under MIG the candidate lists the GPU-instance profiles it accepts, in any order. The choice is the
+smallest of them, by NVIDIA's profile sizes (memory slices, then compute slices, then memory), in
+which stage 1 says the candidate fits: the instance's memory, the profile's instance limit, a
+placement free of the device's instances and of the instances other admissions booked, and its
+kernels. The order of the list never changes the answer.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from canary._values import value_methods
 from canary.errors import InputError
-from canary.regime import Regime, free_mig_placement
+from canary.hardfit._context import MigBooking, finding
+from canary.regime import Regime
 
 if TYPE_CHECKING:
-    from canary.catalog import DeviceSpec
+    from canary.catalog import DeviceSpec, MigProfile
+    from canary.certificate import Finding
     from canary.policy import Policy
     from canary.profile import WorkloadProfile
     from canary.snapshot import DeviceSnapshot
 
 
-def choose_regime(
-    snapshot: DeviceSnapshot, spec: DeviceSpec, candidate: WorkloadProfile, policy: Policy
-) -> tuple[Regime, str]:
-    """The regime that follows from the device's sharing state and the candidate's accepted modes.
+@value_methods
+@dataclass(frozen=True, eq=False, repr=False)
+class RegimeChoice:
+    """The regime chosen for a request, and one sentence saying why (the certificate's
+    ``regime_chosen_by``)."""
 
-    Returns the regime and one sentence saying why it was chosen. MIG enabled → the first MIG
-    profile the candidate accepts that has a free placement (else its first accepted profile, which
-    stage 1 will then reject with the reason); MPS running → ``mps`` at the candidate's percentage
-    (or the policy default); otherwise ``timeslice``."""
+    regime: Regime
+    why: str
+    mig_refused: tuple[Finding, ...] = ()
+    """Under MIG, when the candidate fits none of the profiles it accepts: for each of them, smallest
+    first, the finding that rules it out (``subject`` names the profile). Empty otherwise."""
+
+
+def mig_profile_size(profile: MigProfile) -> tuple[int, int, int, str]:
+    """NVIDIA's size order of GPU-instance profiles: memory slices, compute slices, memory (an unknown
+    memory last), then the name (``1g.18gb`` before ``1g.18gb+me``)."""
+    memory = profile.memory_bytes if profile.memory_bytes is not None else 1 << 62
+    return profile.memory_slices, profile.compute_slices, memory, profile.name
+
+
+def _ruling(hard_findings: tuple[Finding, ...], limiting: str | None, profile: str) -> Finding:
+    """The finding that decides a profile's trial, about that profile."""
+    hit = next(f for f in hard_findings if f.resource == limiting and f.verdict != "yes")
+    return hit if hit.subject == profile else hit.model_copy(update={"subject": profile})
+
+
+def _short(f: Finding) -> str:
+    return f"{f.subject}: {f.resource}" + (f" ({f.shortfall})" if f.shortfall else f" {f.verdict}")
+
+
+def choose_mig(
+    snapshot: DeviceSnapshot,
+    spec: DeviceSpec,
+    candidate: WorkloadProfile,
+    policy: Policy,
+    *,
+    mig_booked: tuple[MigBooking, ...] = (),
+) -> RegimeChoice:
+    """The MIG profile a candidate gets on a MIG-enabled device (see the module doc): each profile it
+    accepts is tried with stage 1; the smallest that fits wins; without one, the smallest that may
+    fit (an *unknown*); without that, the smallest profile the device has, with every profile's
+    reason in ``mig_refused``."""
+    from canary.hardfit import check  # the package imports this module: stage 1 is looked up when called
+
+    accepted = candidate.sharing.mig_profiles
+    if not accepted:
+        return RegimeChoice(Regime("mig", mig_profile="(none accepted)"),
+                            "MIG is enabled and the candidate accepts no MIG profile")
+    profiles: dict[str, MigProfile] = {}
+    refused: list[Finding] = []
+    for name in accepted:
+        try:
+            profile = spec.mig_profile(name)
+        except InputError:
+            if spec.catalogued and all(f.subject != name for f in refused):
+                refused.append(finding("mig_placement", name, None, "placement", "no",
+                                       f"catalog ({spec.source('mig_profiles')})",
+                                       f"{spec.name} has no MIG profile {name!r}", subject=name, shortfall="never"))
+            continue
+        profiles.setdefault(profile.name, profile)
+    if not profiles:
+        first = accepted[0]
+        return RegimeChoice(Regime("mig", mig_profile=first),
+                            f"MIG is enabled; {spec.name} has none of the MIG profiles the candidate accepts "
+                            f"({', '.join(accepted)}), checking {first}", tuple(refused))
+    unsure: list[tuple[MigProfile, Finding]] = []
+    for profile in sorted(profiles.values(), key=mig_profile_size):
+        regime = Regime("mig", mig_profile=profile.name)
+        hard = check(snapshot, spec, candidate, policy, regime, mig_booked=mig_booked)
+        if hard.verdict == "yes":
+            passed = [_short(f) for f in refused if f.subject in profiles] + [_short(f) for _, f in unsure]
+            why = f"MIG is enabled; {profile.name} is the smallest profile the candidate accepts and fits in"
+            return RegimeChoice(regime, why + (f" (not {'; '.join(passed)})" if passed else ""))
+        ruling = _ruling(hard.findings, hard.limiting_resource, profile.name)
+        if hard.verdict == "unknown":
+            unsure.append((profile, ruling))
+        else:
+            refused.append(ruling)
+    if unsure:
+        profile, ruling = unsure[0]
+        return RegimeChoice(Regime("mig", mig_profile=profile.name),
+                            f"MIG is enabled; no profile the candidate accepts surely fits: {profile.name}, the "
+                            f"smallest that may, is checked ({ruling.resource} unknown)")
+    order = {p.name: i for i, p in enumerate(sorted(profiles.values(), key=mig_profile_size))}
+    refused.sort(key=lambda f: order.get(f.subject or "", len(order)))  # by size; names the catalog lacks last
+    smallest = min(profiles.values(), key=mig_profile_size).name
+    return RegimeChoice(Regime("mig", mig_profile=smallest),
+                        f"MIG is enabled and the candidate fits none of the MIG profiles it accepts "
+                        f"({'; '.join(_short(f) for f in refused)}); checking the smallest, {smallest}",
+                        tuple(refused))
+
+
+def choose_regime(
+    snapshot: DeviceSnapshot,
+    spec: DeviceSpec,
+    candidate: WorkloadProfile,
+    policy: Policy,
+    *,
+    mig_booked: tuple[MigBooking, ...] = (),
+) -> RegimeChoice:
+    """The regime that follows from the device's sharing state and the candidate's accepted modes,
+    and one sentence saying why.
+
+    MIG enabled → the smallest accepted MIG profile the candidate fits in (``choose_mig``; the MIG
+    instances other admissions booked, ``mig_booked``, hold their placements); MPS running → ``mps``
+    at the candidate's percentage (or the policy default); otherwise ``timeslice``."""
     sharing = candidate.sharing
     if snapshot.mig.enabled:
-        if not sharing.mig_profiles:
-            return Regime("mig", mig_profile="(none accepted)"), "MIG is enabled and the candidate accepts no MIG profile"
-        for name in sharing.mig_profiles:
-            try:
-                profile = spec.mig_profile(name)
-            except InputError:
-                continue
-            if free_mig_placement(profile, snapshot.mig.instances) is not None:
-                return Regime("mig", mig_profile=profile.name), f"MIG is enabled; {profile.name} is the first accepted profile with a free placement"
-        first = sharing.mig_profiles[0]
-        return Regime("mig", mig_profile=first), f"MIG is enabled; no accepted profile has a free placement, checking {first}"
+        return choose_mig(snapshot, spec, candidate, policy, mig_booked=mig_booked)
     if snapshot.mps.running:
         pct = sharing.mps_active_thread_pct or policy.mps_default_active_thread_pct
         why = "the candidate's" if sharing.mps_active_thread_pct else "the policy's default"
-        return Regime("mps", mps_pct=pct), f"MPS is running; {why} active-thread percentage {pct}%"
-    return Regime("timeslice"), "neither MIG nor MPS is active, so separate processes time-slice"
+        return RegimeChoice(Regime("mps", mps_pct=pct), f"MPS is running; {why} active-thread percentage {pct}%")
+    return RegimeChoice(Regime("timeslice"), "neither MIG nor MPS is active, so separate processes time-slice")

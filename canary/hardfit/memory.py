@@ -151,5 +151,6 @@ def _check_mig_memory(ctx: FitContext) -> list[Finding]:
     headroom = profile.memory_bytes - available
     verdict: FitVerdict = "yes" if demand <= available else "no"
     return [finding("hbm", demand, available, "bytes", verdict, source,
-                    f"MIG instance {profile.name}: {format_bytes(profile.memory_bytes)} − headroom {format_bytes(headroom)}",
+                    f"MIG instance {profile.name}: {format_bytes(profile.memory_bytes)} − headroom {format_bytes(headroom)} "
+                    f"= {format_bytes(available)} for {format_bytes(demand)} (peak + context)",
                     subject=profile.name, shortfall="never")]

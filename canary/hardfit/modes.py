@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 from canary.certificate import Finding
+from canary.errors import InputError
 from canary.hardfit._context import FitContext, finding
 from canary.profile import SharingModes
+
+
+def _same_mig_profile(ctx: FitContext, accepted: str, wanted: str) -> bool:
+    """Whether a profile's accepted MIG profile name (``1g.18gb``, ``MIG 1g.18gb`` or the lgip id) is
+    the regime's, as the catalog resolves both; the names as written where it cannot."""
+    if accepted == wanted:
+        return True
+    try:
+        return ctx.spec.mig_profile(accepted).name == ctx.spec.mig_profile(wanted).name
+    except InputError:
+        return False
 
 
 def _accepts(sharing: SharingModes, ctx: FitContext) -> bool:
@@ -16,7 +28,7 @@ def _accepts(sharing: SharingModes, ctx: FitContext) -> bool:
     if regime.kind == "mps":
         return sharing.mps_active_thread_pct is not None
     if regime.kind == "mig":
-        return regime.mig_profile in sharing.mig_profiles
+        return any(_same_mig_profile(ctx, name, regime.mig_profile or "") for name in sharing.mig_profiles)
     return sharing.green_sms is not None
 
 

@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING
 
 from canary.certificate import Finding, GpuInstancePlacement
 from canary.errors import InputError
-from canary.hardfit._context import FitContext, finding
-from canary.regime import free_mig_placement
+from canary.hardfit._context import FitContext, MigBooking, finding
+from canary.regime import SliceRange, free_mig_placement
 from canary.units import format_bytes
 
 if TYPE_CHECKING:
-    from canary.snapshot import DeviceSnapshot
+    from canary.catalog import DeviceSpec
+    from canary.snapshot import MigInstance
 
 GREEN_CAVEAT = (
     "green-context SM partitions are disjoint but do not guarantee concurrency "
@@ -19,14 +20,38 @@ GREEN_CAVEAT = (
 )
 
 
-def _occupied(snapshot: DeviceSnapshot) -> list[tuple[int, int]]:
-    return [(i.start, i.start + i.size) for i in snapshot.mig.instances]
+def _span(start: int, size: int) -> str:
+    return f"[{start},{start + size})"
+
+
+def _same_instance(spec: DeviceSpec, instance: MigInstance, placement: GpuInstancePlacement) -> bool:
+    """Whether a listed instance is the booked one (the admission's instance, created since)."""
+    if (instance.start, instance.size) != (placement.start, placement.size):
+        return False
+    try:
+        return spec.mig_profile(instance.profile).name == placement.profile
+    except InputError:
+        return instance.profile == placement.profile
+
+
+def _new_bookings(ctx: FitContext) -> tuple[list[MigBooking], list[MigBooking]]:
+    """(placed bookings the snapshot does not list yet, bookings whose placement is unknown). A
+    booking whose instance the device now lists is counted once, as the instance."""
+    placed, unplaced = [], []
+    for booking in ctx.mig_booked:
+        if booking.placement is None:
+            unplaced.append(booking)
+        elif not any(_same_instance(ctx.spec, i, booking.placement) for i in ctx.snapshot.mig.instances):
+            placed.append(booking)
+    return placed, unplaced
 
 
 def check_mig(ctx: FitContext) -> list[Finding]:
     """Slices, instance count and a free placement for a new GPU instance of the regime's profile
     (NVIDIA MIG User Guide: an instance takes one of its profile's placements, and no two instances
-    share a memory slice). The free placement found travels on the finding as numbers."""
+    share a memory slice). The device's instances and the instances other admissions booked
+    (``ctx.mig_booked``, evidence-store reservations) both hold their placements. The free placement
+    found travels on the finding as numbers."""
     if ctx.regime.kind != "mig":
         return []
     snap, spec = ctx.snapshot, ctx.spec
@@ -56,20 +81,40 @@ def check_mig(ctx: FitContext) -> list[Finding]:
     if total_slices is None:
         return [finding("mig_slices", profile.memory_slices, None, "memory slices", "unknown", "catalog",
                         f"the number of MIG memory slices of {spec.name} is unknown")]
-    used_slices = sum(i.size for i in snap.mig.instances)
-    free_slices = total_slices - used_slices
+    booked, unplaced = _new_bookings(ctx)
+    occupied: list[SliceRange] = [*snap.mig.instances, *(b.placement for b in booked if b.placement is not None)]
+    used = {s for o in occupied for s in range(o.start, o.start + o.size)}
+    free_slices = total_slices - len(used)
     src = f"catalog ({profile.source('placements')}) + {snap.source} instances"
+    if ctx.mig_booked:
+        src += " + evidence-store bookings"
+    listed = f"{len(snap.mig.instances)} instance(s)"
+    if booked:
+        listed += f" and {len(booked)} booking(s) of other admissions"
     out = [finding("mig_slices", profile.memory_slices, free_slices, "memory slices",
                    "yes" if profile.memory_slices <= free_slices else "no", src,
-                   f"{len(snap.mig.instances)} instance(s) hold {used_slices} of {total_slices} slices",
+                   f"{listed} hold {len(used)} of {total_slices} slices; {profile.name} needs "
+                   f"{profile.memory_slices}",
                    shortfall="never" if profile.memory_slices > total_slices else "now")]
     same = sum(1 for i in snap.mig.instances if i.profile == profile.name)
+    same += sum(1 for b in booked if b.placement is not None and b.placement.profile == profile.name)
     if same >= profile.max_instances:
         out.append(finding("mig_instances", same + 1, profile.max_instances, "instances", "no", src,
-                           f"{profile.name} allows at most {profile.max_instances} instance(s)", shortfall="now"))
-    spot = free_mig_placement(profile, snap.mig.instances)
+                           f"{profile.name} allows at most {profile.max_instances} instance(s)"
+                           + (" (booked ones included)" if booked else ""), shortfall="now"))
     starts = ", ".join(f"{p.start}" for p in profile.placements)
-    taken = ", ".join(f"[{a},{b})" for a, b in _occupied(snap)) or "none"
+    taken = ", ".join(_span(i.start, i.size) for i in snap.mig.instances) or "none"
+    held = ", ".join(f"{b.instance} {_span(b.placement.start, b.placement.size)} by {b.holder}"
+                     for b in sorted(booked, key=lambda b: b.placement.start if b.placement else 0)
+                     if b.placement is not None)
+    taken += f"; held by bookings: {held}" if held else ""
+    if unplaced:
+        names = ", ".join(f"{b.instance} (by {b.holder})" for b in unplaced)
+        out.append(finding("mig_placement", profile.name, None, "placement", "unknown", src,
+                           f"booked MIG instance(s) {names} name a profile {spec.name} does not list in the "
+                           "catalog, so the slices they hold are unknown"))
+        return out
+    spot = free_mig_placement(profile, occupied)
     if spot is None:
         if not profile.placements:
             out.append(finding("mig_placement", profile.name, "no placement", "placement", "no", src,
@@ -80,7 +125,7 @@ def check_mig(ctx: FitContext) -> list[Finding]:
                                f"taken: {taken}", shortfall="now"))
     else:
         out.append(finding("mig_placement", profile.name, f"start {spot.start}", "placement", "yes", src,
-                           f"free placement at slices [{spot.start},{spot.end}); taken: {taken}",
+                           f"free placement at slices {_span(spot.start, spot.size)}; taken: {taken}",
                            placement=GpuInstancePlacement(profile=profile.name, start=spot.start, size=spot.size)))
     return out
 

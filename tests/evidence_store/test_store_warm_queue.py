@@ -69,7 +69,8 @@ def test_three_nodes_share_one_run_and_probe_each_pair_once(store_url: str, engi
         out, err = node.communicate(timeout=300)
         assert node.returncode == 0, err
         reports.append(json.loads(out))
-    ran = sorted(p["index"] for r in reports for p in r["pairs"])
+    # pairs another node finished are listed as done-in-run (docs/jobs.md); the others each node ran itself
+    ran = sorted(p["index"] for r in reports for p in r["pairs"] if not p["status"].endswith("-in-run"))
     assert ran == [0, 1, 2, 3, 4]  # every planned pair, each by exactly one node
     assert all(set(r["queue"]) <= {"done", "leased"} for r in reports)  # each node's view when it stopped
     with session_scope(engine, read_only=True) as s:
