@@ -146,6 +146,14 @@ def _timelines(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {str(doc["seed"]): list(doc.get("engine_timeline", []))}
 
 
+def _marker(engine: dict[str, Any]) -> str:
+    """Circle: the canary ran; triangle: 'not now' (the baseline found the resident over its SLO alone,
+    the candidate never ran); square: stage 1 or the evidence cache."""
+    if engine["decided_by"] != "canary":
+        return "s"
+    return "v" if engine.get("rule") == "not-now" else "o"
+
+
 def plot_time_to_admission_by_family(doc: dict[str, Any], path: Path) -> None:
     """A strip plot per family of the full engine's simulated time to its answer (every seed kept),
     coloured by verdict — circles for the canary's answers with their median, squares for stage 1 and
@@ -168,7 +176,7 @@ def plot_time_to_admission_by_family(doc: dict[str, Any], path: Path) -> None:
             t = eng["time_to_admission_s"]
             top = max(top, t)
             ax.scatter(x, t, s=26, alpha=0.8, c=VERDICT_COLORS.get(eng["verdict"], "black"),
-                       marker="o" if eng["decided_by"] == "canary" else "s", edgecolors="none", zorder=3)
+                       marker=_marker(eng), edgecolors="none", zorder=3)
         probed = [e["time_to_admission_s"] for e in entries if e["decided_by"] == "canary"]
         if probed:
             ax.hlines(statistics.median(probed), i - 0.32, i + 0.32, colors="black", linewidth=1.2, zorder=4)
@@ -187,6 +195,8 @@ def plot_time_to_admission_by_family(doc: dict[str, Any], path: Path) -> None:
                for v, c in VERDICT_COLORS.items()]
     handles += [Line2D([], [], marker="s", linestyle="", color="#555555",
                        label="stage 1 or cache (0 s; colour = verdict)"),
+                Line2D([], [], marker="v", linestyle="", color="#555555",
+                       label="not now: resident over its SLO alone"),
                 Line2D([], [], color="black", label="median of the canary's answers")]
     if window:
         handles.append(Line2D([], [], color="#2c3e50", linestyle="--",
