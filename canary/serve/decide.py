@@ -12,7 +12,8 @@ the store (bookings, evidence) and the clock, never the documents. So a decision
   entries never change once put, the catalog is fixed for the process).
 * **Decide** (every request): authorize; read the bookings and the evidence in one statement
   (``DecisionReads``: on PostgreSQL on the event loop through psycopg's asynchronous pool, so a cached
-  admission costs no thread hand-off); stage 1 (memoised by its exact inputs, ``Stage1Memo``); settle
+  admission costs no thread hand-off), after, on a device with MIG on only, the MIG instances booked
+  on it (one more statement, in a worker thread: they can change the regime and so the pair keys); stage 1 (memoised by its exact inputs, ``Stage1Memo``); settle
   (``canary.admission.decisions.settle``); then answer, book and store (``record_admission``, in a
   worker thread when it writes), or queue a probe (one per pair key).
 
@@ -24,6 +25,7 @@ the OpenAPI document, status codes, error bodies — is the endpoint's either wa
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -36,14 +38,15 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from starlette.types import Message, Receive, Scope, Send
 
-from canary.admission.decisions import make_certificate, settle
+from canary.admission.decisions import Decision, PairEvidence, make_certificate, settle
 from canary.admission.flow import record_admission, utcnow
-from canary.admission.store import BOOKED_SOURCE, evidence_from_rows, request_keys
-from canary.certificate import Certificate
+from canary.admission.store import BOOKED_SOURCE, EvidenceAccess, evidence_from_rows, request_keys
+from canary.certificate import Certificate, HardFit
 from canary.serve.auth import authorize
 from canary.serve.resolve import Resolved, cached_policy
 
 if TYPE_CHECKING:
+    from canary.admission.request import Request as Question
     from evidence_store.keys import PairKey
     from evidence_store.probe_queue import ProbeTicket
 
@@ -128,15 +131,32 @@ class PreparedBodies:
         return True
 
 
-async def _read(svc: Any, prepared: Prepared) -> tuple[Any, Any, Any]:
-    """Stage 1 and the pooled evidence of ``prepared``, from one read of the store begun after this
-    call (``DecisionReads.read``), and the read's time."""
-    req = prepared.request
+async def _read(svc: Any, prepared: Prepared) -> tuple[Question, HardFit, list[PairEvidence], dt.datetime]:
+    """The request as of the store, stage 1 and the pooled evidence of ``prepared``, from one read of the
+    store begun after this call (``DecisionReads.read``), and the read's time.
+
+    Under MIG the instances other admissions booked are read first (``EvidenceAccess.with_mig_bookings``,
+    one more statement, only on a device with MIG on): stage 1 counts them as taken, and a regime that
+    followed the device is chosen again with them, which changes the pair keys the evidence is read by."""
+    req, keys, digests = prepared.request, prepared.keys, prepared.digests
+    if req.snapshot.mig.enabled:
+        req = await anyio.to_thread.run_sync(lambda: _with_mig_bookings(svc, prepared.request), limiter=svc.decisions)
+        if req.regime != prepared.request.regime:
+            from evidence_store.lookup import key_digest
+
+            keys = request_keys(req)
+            digests = tuple(key_digest(k) for k in keys if k is not None)
     with svc.metrics.store_op("decision_read"):
-        read = await svc.reads.read(device_id=req.device_id, digests=prepared.digests, ttl_s=req.policy.evidence_ttl_s)
-    evidence = evidence_from_rows(req, prepared.keys, read.rows, at=read.at, now=read.at)
+        read = await svc.reads.read(device_id=req.device_id, digests=digests, ttl_s=req.policy.evidence_ttl_s)
+    evidence = evidence_from_rows(req, keys, read.rows, at=read.at, now=read.at)
     hard = svc.stage1(req, reserved_bytes_by_others=read.booked, reservations_source=BOOKED_SOURCE)
-    return hard, evidence, read.at
+    return req, hard, evidence, read.at
+
+
+def _with_mig_bookings(svc: Any, req: Question) -> Question:
+    """``req`` with the MIG instances booked on its device now (blocking: one statement)."""
+    with svc.metrics.store_op("mig_bookings"):
+        return EvidenceAccess.over(svc.engine).with_mig_bookings(req, utcnow())
 
 
 def _certificate(svc: Any, endpoint: str, cert: Certificate, t0: float) -> Response:
@@ -146,16 +166,15 @@ def _certificate(svc: Any, endpoint: str, cert: Certificate, t0: float) -> Respo
 
 async def fit(svc: Any, prepared: Prepared, t0: float) -> Response:
     """Stage 1 and the evidence, never a probe (``canary fit``): the certificate."""
-    hard, evidence, at = await _read(svc, prepared)
-    cert = make_certificate(prepared.request, hard, settle(prepared.request, hard, evidence).decision, at)
+    req, hard, evidence, at = await _read(svc, prepared)
+    cert = make_certificate(req, hard, settle(req, hard, evidence).decision, at)
     return _certificate(svc, "fit", cert, t0)
 
 
 async def admission(svc: Any, prepared: Prepared, t0: float) -> Response:
     """Both stages (``canary admit``): the certificate, or 202 and the probe that will settle it."""
-    req = prepared.request
     looked_at = utcnow()  # before the evidence is read: a probe of this pair done since then is joined
-    hard, evidence, _ = await _read(svc, prepared)
+    req, hard, evidence, _ = await _read(svc, prepared)
     settled = settle(req, hard, evidence)
     if prepared.probe and settled.probe_keys:
         ticket, joined = await anyio.to_thread.run_sync(
@@ -163,7 +182,7 @@ async def admission(svc: Any, prepared: Prepared, t0: float) -> Response:
         svc.history.add(_history(prepared, "probe"))
         return probe_accepted(svc, ticket, joined)
     if prepared.reserve:  # books the memory of an admit and stores the certificate: a write transaction
-        cert = await anyio.to_thread.run_sync(lambda: _record(svc, prepared, hard, settled.decision),
+        cert = await anyio.to_thread.run_sync(lambda: _record(svc, req, hard, settled.decision),
                                               limiter=svc.decisions)
     else:
         cert = record_admission(req, hard, settled.decision, [], engine=svc.engine, reserve=False, finished=utcnow())
@@ -171,9 +190,9 @@ async def admission(svc: Any, prepared: Prepared, t0: float) -> Response:
     return _certificate(svc, "admissions", cert, t0)
 
 
-def _record(svc: Any, prepared: Prepared, hard: Any, decision: Any) -> Certificate:
+def _record(svc: Any, req: Question, hard: HardFit, decision: Decision) -> Certificate:
     with svc.metrics.store_op("admit"):
-        return record_admission(prepared.request, hard, decision, [], engine=svc.engine, reserve=True,
+        return record_admission(req, hard, decision, [], engine=svc.engine, reserve=True,
                                 finished=utcnow())
 
 
