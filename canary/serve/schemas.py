@@ -49,7 +49,11 @@ class AdmissionRequest(DecisionRequest):
 
 class FeedbackRequest(DecisionRequest):
     resident_name: str = Field(min_length=1, max_length=200)
-    slowdown_pct: float | None = Field(default=None, ge=-100, le=100000)
+    slowdown_pct: float | None = Field(
+        default=None, gt=0, le=10000, allow_inf_nan=False,
+        description="the resident's slowdown production observed, in percent above its latency alone "
+                    "(0 < value <= 10000, as `canary feedback --slowdown-pct`); leave it out if production "
+                    "did not measure it")
 
 
 class FeedbackResponse(_Body):
