@@ -6,8 +6,10 @@
 3. The same admission again: decided from the evidence cache in milliseconds.
 4. A pair the canary rejects: the same service next to ResNet-50 training under time-slicing.
 
-The evidence store is a fresh SQLite file under ``.canary-demo/`` (the default store in the user's
-data directory is left alone), so every run starts from an empty cache.
+The evidence store is a fresh SQLite file, ``evidence.sqlite3``, in the folder ``$CANARY_DEMO_DIR``
+names (created when missing; a relative path is relative to the working folder), else in
+``.canary-demo/`` at the top of the repository. The default store in the user's data directory is left
+alone, and every run removes the demo store it finds there first, so it starts from an empty cache.
 """
 
 from __future__ import annotations
@@ -37,11 +39,43 @@ def _short(arg: str) -> str:
     return os.path.relpath(arg, ROOT) if arg.startswith(str(ROOT)) else arg
 
 
+#: The environment variable naming the demo store's folder.
+DEMO_DIR_ENV = "CANARY_DEMO_DIR"
+
+
+def demo_dir() -> Path:
+    """The folder of the demo's store: ``$CANARY_DEMO_DIR``, else ``.canary-demo/`` in the repository."""
+    given = os.environ.get(DEMO_DIR_ENV, "")
+    return Path(given).absolute() if given else ROOT / ".canary-demo"
+
+
+def _fresh_store(folder: Path) -> Path:
+    """``folder/evidence.sqlite3`` with no store there (created folder, leftovers removed); an
+    ``InputError`` naming ``$CANARY_DEMO_DIR`` when the folder cannot hold one."""
+    from canary.errors import InputError
+
+    given = bool(os.environ.get(DEMO_DIR_ENV))
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(20, "it is not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        for leftover in folder.glob("evidence.sqlite3*"):
+            leftover.unlink()
+    except OSError as err:
+        hint = "" if given else f" (set ${DEMO_DIR_ENV} to a folder the demo may write)"
+        raise InputError(f"{folder} cannot hold the demo's store: {err.strerror or err}{hint}",
+                         field=f"${DEMO_DIR_ENV}" if given else None) from None
+    return folder / "evidence.sqlite3"
+
+
 def run() -> int:
-    store = ROOT / ".canary-demo" / "evidence.sqlite3"
-    store.parent.mkdir(exist_ok=True)
-    for leftover in store.parent.glob("evidence.sqlite3*"):
-        leftover.unlink()
+    from canary.errors import InputError
+
+    try:
+        store = _fresh_store(demo_dir())
+    except InputError as err:
+        sys.stderr.write(f"demo: {err}\n")
+        return 2
     db = ["--db", f"sqlite:///{store}"]
     snap, prof = EX / "snapshots", EX / "profiles"
     codes = [

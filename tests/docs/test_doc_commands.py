@@ -152,3 +152,12 @@ def test_failure_rule() -> None:
     assert "ValueError: boom" in regen.failure(cmd, traceback)
     make = regen.Command(ROOT / "README.md", 1, "make demo", False, None)
     assert regen.failure(make, subprocess.CompletedProcess([], 1, "", "")) is not None
+
+
+def test_the_sandbox_keeps_the_demo_out_of_the_repository(tmp_path: Path) -> None:
+    """``make demo`` in a doc runs in the sandbox: its store goes to the sandbox's ``$CANARY_DEMO_DIR``,
+    never to the repository's ``.canary-demo/`` (a user's demo, or another run's)."""
+    sandbox = regen.Sandbox(tmp_path, ROOT)
+    done = sandbox.run('python -c "from canary.demo import demo_dir; print(demo_dir())"', timeout_s=60)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == tmp_path / ".canary-demo"

@@ -29,6 +29,7 @@ import pytest
 
 from tests.journeys.conftest import EXAMPLES, ROOT, Canary, Steps, finding
 from tests.serve.conftest import Server
+from tests.support.paths import cli_env
 
 pytestmark = pytest.mark.slow
 
@@ -61,17 +62,31 @@ def _ci(obj: dict[str, Any], key: str) -> Any:
     return found[0]
 
 
+def _stat(path: Path) -> tuple[int, int] | None:
+    """The file's size and modification time, ``None`` when it does not exist."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 def test_platform_engineer(tmp_path: Path, steps: Steps) -> None:
     with steps.step("make demo: python -m canary.demo"):
+        users_store = ROOT / ".canary-demo" / "evidence.sqlite3"  # a demo the user ran: left as it is
+        before = _stat(users_store)
+        env = cli_env(tmp_path) | {"CANARY_DEMO_DIR": str(tmp_path / "demo")}
         demo = subprocess.run([sys.executable, "-m", "canary.demo"], capture_output=True, text=True, cwd=ROOT,
-                              timeout=180)
+                              env=env, timeout=180)
         assert demo.returncode == 0, demo.stderr[-2000:]
         assert "Traceback" not in demo.stderr
         # The five steps and the exit code each must have: (a) the persistent kernel holds the registers:
         # reject; (c) a free MIG placement: admit; a probe, then the cache: admit twice; ResNet-50 beside
         # the service under time-slicing: reject.
         assert re.findall(r"^\(exit (\d+),", demo.stdout, flags=re.M) == ["1", "0", "0", "0", "1"], demo.stdout
-        demo_store = Canary(f"sqlite:///{ROOT / '.canary-demo' / 'evidence.sqlite3'}", tmp_path)
+        assert _stat(users_store) == before, "the demo wrote the repository's .canary-demo/, not $CANARY_DEMO_DIR"
+        demo_store = Canary(f"sqlite:///{tmp_path / 'demo' / 'evidence.sqlite3'}", tmp_path)
+        assert f"Evidence and certificates are in {tmp_path / 'demo' / 'evidence.sqlite3'}" in demo.stdout
         records = demo_store.evidence()
         # Two probes ran (the MPS pair, then the time-sliced pair); the repeated admission used the cache.
         assert len(records) == 2, records
