@@ -6,6 +6,10 @@
 - a snapshot file (``.yaml``/``.yml``/``.json``): a simulated device with the residents it lists;
 - ``nvml:N``, ``cuda:N``, ``rocm:N``: a live device, read through that vendor library.
 
+``agent:NODE/NAME`` (a device a node agent publishes) is not resolved here: only the service's store
+holds what agents publish, so ``canary fit/admit`` pass it to the service (``--server URL`` or
+``$CANARY_SERVER``); without one it is bad input that says so.
+
 Vendor libraries are imported only when a live device is asked for.
 """
 
@@ -23,6 +27,8 @@ from canary.errors import InputError
 from canary.snapshot import DeviceSnapshot, MigState, MpsState, load_snapshot, validate_snapshot
 
 _LIVE = re.compile(r"^(nvml|cuda|rocm):(\d+)$")
+#: A device a node agent publishes to the service: ``agent:NODE/NAME`` (``canary.serve.client.AGENT_PREFIX``).
+AGENT_PREFIX = "agent:"
 _SNAPSHOT_SUFFIXES = (".yaml", ".yml", ".json")
 
 if TYPE_CHECKING:  # the catalog is imported lazily below to keep start-up light
@@ -153,6 +159,12 @@ def resolve_device(ref: str) -> ResolvedDevice:
         if driver is not None and driver != snap.driver_version:  # rehearsing another driver on the simulator
             snap = snap.model_copy(update={"driver_version": driver})
         return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind=kind)
+    if ref.startswith(AGENT_PREFIX):
+        raise InputError(
+            f"'{ref}' names a device a node agent publishes to the canary service, and only the service "
+            "holds what agents publish: give --server URL (or set $CANARY_SERVER)",
+            field="DEVICE",
+        )
     if ":" in ref:
         raise InputError(
             f"unknown device '{ref}': use a catalog name (h100-sxm), a snapshot file, or nvml:N / cuda:N / rocm:N",
