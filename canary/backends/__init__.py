@@ -162,7 +162,7 @@ def resolve_device(ref: str) -> ResolvedDevice:
     if ref.startswith(AGENT_PREFIX):
         raise InputError(
             f"'{ref}' names a device a node agent publishes to the canary service, and only the service "
-            "holds what agents publish: give --server URL (or set $CANARY_SERVER)",
+            "holds what agents publish: canary fit and canary admit reach it with --server URL (or $CANARY_SERVER)",
             field="DEVICE",
         )
     if ":" in ref:

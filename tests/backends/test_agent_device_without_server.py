@@ -16,7 +16,8 @@ from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 PROFILE = str(EXAMPLES / "profiles" / "embedding-service.yaml")
 DEVICE = "agent:gpu-node-a/gpu0"
 WANT = (f"canary: field 'DEVICE': '{DEVICE}' names a device a node agent publishes to the canary service, and "
-        "only the service holds what agents publish: give --server URL (or set $CANARY_SERVER)")
+        "only the service holds what agents publish: canary fit and canary admit reach it with --server URL "
+        "(or $CANARY_SERVER)")
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
