@@ -19,9 +19,24 @@ Methods, all fed the same windows and the same per-pair contrast
 
 - **sequential**: :func:`canary.probe.judge.sequential_paths` exactly as :func:`~canary.probe.judge.judge`
   runs it after every pair (betting tests, range, burst and dependence rules, futility); stops at the
-  first verdict; *inconclusive* when the horizon ends first. ``+guard`` adds the orchestrator's
-  per-window slowdown guard (an on-window of ≥ 10 requests > 45% slower than the slowest earlier
-  off-window → unsafe) in front of it, as the orchestrator drives it;
+  first verdict; *inconclusive* when the horizon ends first;
+- **sequential+old guard (unattributed)**: what the probe did before issue 20 — the per-window slowdown
+  guard (an on-window of ≥ 10 requests > 45% slower than the slowest off-window of the earlier pairs
+  and the baseline → unsafe at once, before the judge sees that pair), no SLO rule, no attribution;
+- **sequential+guard+slo**: the judge, the guard and the SLO rule as the orchestrator drives them now
+  (``_Run.guard`` / ``_Run.attribute``): an on-window whose resident p99 is over the SLO, or (else)
+  the guard's, stops the candidate; :func:`canary.probe.attribution.attribute` itself tests it against
+  the resident's own windows, measuring fresh windows of the resident alone (the family without the
+  candidate, its factor process continuing in time, ``WINDOW_S`` each) while they could still make it
+  attributable within a quarter of the time left, at level α / (MAX_PAUSES + 1) per pause;
+  attributed → *unsafe* (rule slo / guard), else the probe resumes with every later window moved by
+  the time measured (the pair kept for the judge, the horizon shorter); a trigger after MAX_PAUSES
+  pauses, or too little time to resume, ends it with the judge's last word (a *safe* turned
+  inconclusive). A baseline over the SLO is *not now* (the candidate never runs; counted
+  inconclusive). The SLO is per family: the 90th percentile of the resident-alone window p99
+  (:func:`resident_slo`, from independent draws) — a resident near its SLO, which it breaches alone in
+  about one window in ten. Each window's p99 is the nearest-rank p99 of the same per-request draws as
+  its mean;
 - **fixed-horizon**: a one-sided t-test of ``mean z < 0`` (safe) / ``> 0`` (unsafe) at level α on all
   usable pairs of the full horizon; *inconclusive* when neither;
 - **every-pair, uncorrected**: the same t-test after every pair (from ``min_pairs``), stopping at the
@@ -36,7 +51,9 @@ with its standard error, false-reject rate (an *unsafe* verdict when the truth i
 inconclusive rate, and median exposure (candidate requests) **per decided trial**. Targets (issue 11):
 false admits ≤ α + 2 SE in every family; median exposure per decided trial ≥ 30% below the
 fixed-horizon test on the clear and moderate families; inconclusive ≤ 5% and false rejects ≤ 5% on the
-clear cases.
+clear cases. Issue 20, for ``sequential+guard+slo``: false admits ≤ α + 2 SE in every family, false rejects
+≤ 5% where the truth is at most half the bound; the table beside it splits false rejects by rule
+(judge / guard / slo) and gives not-now, pauses and the resident-alone windows measured to attribute.
 """
 
 from __future__ import annotations
@@ -48,7 +65,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +75,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from canary.probe.attribution import ATTRIBUTION_SHARE, RESUME_WINDOWS, attribute  # noqa: E402
 from canary.probe.judge import (  # noqa: E402
     JudgeSettings,
     pair_contrasts,
     pair_schedule,
     sequential_paths,
 )
+from canary.probe.orchestrator import MAX_PAUSES  # noqa: E402
 from canary.quantiles import quantile  # noqa: E402
 
 BOUND_PCT = 15.0
@@ -82,6 +101,8 @@ CANDIDATE_RPS = 10.0
 MIN_SAMPLES = 3
 KAYENTA_CONFIDENCE = 0.98
 KAYENTA_TOLERANCE = 0.25
+#: The family's SLO: this quantile of the resident-alone window p99 (:func:`resident_slo`).
+SLO_QUANTILE = 0.90
 
 SETTINGS = JudgeSettings(
     max_resident_slowdown_pct=BOUND_PCT,
@@ -145,6 +166,26 @@ def families() -> list[Family]:
 
 
 @dataclass
+class Timeline:
+    """What re-times a probe's windows after a pause (the resident alone measured meanwhile moves
+    every later window that long): the windows' draws before the resident factor, the slowdowns, the
+    windows' times, and the factor process's per-trial phase and step time."""
+
+    family: Family
+    on_unit: np.ndarray  # (T, N) window mean / p99 of the latency law alone
+    off_unit: np.ndarray
+    on_unit_p99: np.ndarray
+    off_unit_p99: np.ndarray
+    slow: np.ndarray  # (T, N) the on-window's slowdown s
+    on_start: np.ndarray  # (T, N) s from the probe's start
+    off_start: np.ndarray
+    duration: np.ndarray  # (T, N) both windows of a pair
+    phase: np.ndarray  # (T,)
+    step_at: np.ndarray  # (T,)
+    time_budget: np.ndarray  # (T,) s: the baseline and the horizon's pairs, end to end
+
+
+@dataclass
 class Windows:
     off: np.ndarray  # (T, N) window means, NaN when empty
     on: np.ndarray
@@ -154,6 +195,12 @@ class Windows:
     baseline: np.ndarray  # (T,)
     baseline_n: np.ndarray
     exposure: np.ndarray  # (T, N) candidate requests in each on-window
+    off_p99: np.ndarray | None = None  # (T, N) nearest-rank p99 per window, from the same draws
+    on_p99: np.ndarray | None = None
+    baseline_p99: np.ndarray | None = None  # (T,)
+    timeline: Timeline | None = None
+    stream: tuple[int, ...] = ()  # the family's random stream, for windows measured later
+    slo: float | None = None  # the resident's p99 SLO (ms), :func:`resident_slo`
 
 
 def schedule(trials: int, horizon: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -179,10 +226,13 @@ def _draw_latency(rng: np.random.Generator, kind: str, shape: tuple[int, ...]) -
     raise ValueError(kind)
 
 
-def _window_means(rng: np.random.Generator, kind: str, counts: np.ndarray) -> np.ndarray:
-    """Mean of ``counts[...]`` per-request latencies per window (NaN when a window has none)."""
+def _window_means(rng: np.random.Generator, kind: str, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and p99 of ``counts[...]`` per-request latencies per window, from the same draws (NaN when a
+    window has none). The p99 is canary's nearest rank (:mod:`canary.quantiles`): the
+    ``ceil(0.99 k)``-th smallest of the window's ``k`` latencies, the maximum below 100 requests."""
     flat = counts.reshape(-1)
     out = np.full(flat.size, np.nan)
+    p99 = np.full(flat.size, np.nan)
     kmax = int(flat.max()) if flat.size else 0
     chunk = max(1, 4_000_000 // max(kmax, 1))
     for start in range(0, flat.size, chunk):
@@ -192,7 +242,11 @@ def _window_means(rng: np.random.Generator, kind: str, counts: np.ndarray) -> np
         sums = np.where(mask, draws, 0.0).sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[start : start + chunk] = np.where(k > 0, sums / np.maximum(k, 1), np.nan)
-    return out.reshape(counts.shape)
+        if kmax:
+            ordered = np.sort(np.where(mask, draws, np.inf), axis=1)
+            rank = np.clip(np.ceil(0.99 * k).astype(np.int64), 1, kmax) - 1
+            p99[start : start + chunk] = np.where(k > 0, ordered[np.arange(k.size), rank], np.nan)
+    return out.reshape(counts.shape), p99.reshape(counts.shape)
 
 
 def _resident_factor(fam: Family, start: np.ndarray, end: np.ndarray, phase: np.ndarray, step_at: np.ndarray) -> np.ndarray:
@@ -227,8 +281,8 @@ def _slowdowns(fam: Family, rng: np.random.Generator, trials: int, horizon: int)
 
 
 def generate(fam: Family, trials: int, horizon: int, seed: int, family_index: int,
-             sched: tuple[np.ndarray, np.ndarray]) -> Windows:
-    rng = np.random.default_rng([seed, family_index, 11])
+             sched: tuple[np.ndarray, np.ndarray], *, stream: int = 11) -> Windows:
+    rng = np.random.default_rng([seed, family_index, stream])
     off_first, duration = sched
     off_first, duration = off_first[:trials, :horizon], duration[:trials, :horizon]
     pair_start = BASELINE_S + 2.0 * (np.cumsum(duration, axis=1) - duration)
@@ -245,11 +299,35 @@ def generate(fam: Family, trials: int, horizon: int, seed: int, family_index: in
     on_n = rng.poisson(fam.rps * duration)
     off_n = rng.poisson(fam.rps * duration)
     base_n = rng.poisson(fam.rps * BASELINE_S, trials)
-    on = _window_means(rng, fam.latency, on_n) * on_factor * (1.0 + slow)
-    off = _window_means(rng, fam.latency, off_n) * off_factor
-    base = _window_means(rng, fam.latency, base_n) * base_factor
+    on_unit, on_unit_p99 = _window_means(rng, fam.latency, on_n)
+    off_unit, off_unit_p99 = _window_means(rng, fam.latency, off_n)
+    base_unit, base_unit_p99 = _window_means(rng, fam.latency, base_n)
     exposure = rng.poisson(CANDIDATE_RPS * duration)
-    return Windows(off, on, off_n, on_n, off_first, base, base_n, exposure)
+    timeline = Timeline(fam, on_unit, off_unit, on_unit_p99, off_unit_p99, slow, on_start, off_start, duration,
+                        phase, step_at, total)
+    return Windows(
+        off_unit * off_factor, on_unit * on_factor * (1.0 + slow), off_n, on_n, off_first,
+        base_unit * base_factor, base_n, exposure,
+        off_p99=off_unit_p99 * off_factor, on_p99=on_unit_p99 * on_factor * (1.0 + slow),
+        baseline_p99=base_unit_p99 * base_factor, timeline=timeline, stream=(seed, family_index, stream),
+    )
+
+
+def resident_slo(fam: Family, seed: int, family_index: int, sched: tuple[np.ndarray, np.ndarray], horizon: int,
+                 probes: int = 200) -> float:
+    """The family's SLO on the resident's p99: the 90th percentile (nearest rank) of the p99 of the
+    resident's windows *alone* — ``probes`` independent probes' off-windows of the family without the
+    candidate (no slowdown, same latency law, rate and resident factor process), drawn from their own
+    random stream. The resident alone breaches it in about one window in ten: a resident running near
+    its SLO, the hard case for the SLO rule, whose breaches are mostly not the candidate's."""
+    quiet = replace(fam, truth_pct=0.0, ar_phi=None, ar_sd=0.0, burst_rate=None)
+    cal_sched = (np.resize(sched[0][:, :horizon], (probes, horizon)), np.resize(sched[1][:, :horizon], (probes, horizon)))
+    w = generate(quiet, probes, horizon, seed, family_index, cal_sched, stream=13)
+    ok = w.off_n >= SETTINGS.min_samples_per_window
+    assert w.off_p99 is not None
+    value = quantile(w.off_p99[ok].tolist(), SLO_QUANTILE)
+    assert value is not None
+    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +338,9 @@ def generate(fam: Family, trials: int, horizon: int, seed: int, family_index: in
 class Outcome:
     label: np.ndarray  # (T,) 1 safe, -1 unsafe, 0 inconclusive
     pairs_used: np.ndarray  # (T,) pairs consumed until the verdict (horizon when inconclusive)
-    rule: np.ndarray | None = None  # (T,) str: judge / guard / futility / budget
+    rule: np.ndarray | None = None  # (T,) str: judge / guard / futility / budget (+ slo, *-end, not-now)
+    pauses: np.ndarray | None = None  # (T,) SLO / guard pauses not attributed (and the last, attributed or not)
+    fresh_windows: np.ndarray | None = None  # (T,) windows of the resident alone measured to attribute
 
 
 def _first_true(mask: np.ndarray) -> np.ndarray:
@@ -288,7 +368,8 @@ def sequential(w: Windows, settings: JudgeSettings, *, guard: bool) -> Outcome:
     used = np.where(k < 0, horizon, judge_pair + 1)
     if guard:
         g = _guard_pairs(w, settings)
-        fired = (g >= 0) & (g < judge_pair)
+        # The guard sees pair i's on-window before the judge sees pair i.
+        fired = (g >= 0) & (g <= judge_pair)
         label = np.where(fired, -1, label)
         rule = np.where(fired, "guard", rule)
         used = np.where(fired, g + 1, used)
@@ -307,6 +388,244 @@ def _guard_pairs(w: Windows, settings: JudgeSettings) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         fire = on_ok & (ref > 0) & (w.on / ref - 1.0 > GUARD_PCT / 100.0)
     return _first_true(fire)
+
+
+# -- judge + guard + SLO rule with attribution, as the orchestrator drives them --------------------
+
+
+@dataclass
+class _Path:
+    """One row's judge path mapped back to pair indices: after pair ``i``, does the judge say safe,
+    unsafe or futile (with the budget's pairs left then)?"""
+
+    safe: np.ndarray  # (R, N) bool
+    unsafe: np.ndarray
+    futile: np.ndarray
+
+
+def _judge_by_pair(off: np.ndarray, on: np.ndarray, valid: np.ndarray, base: np.ndarray, left: np.ndarray,
+                   settings: JudgeSettings) -> _Path:
+    z = pair_contrasts(off, on, valid, base, settings.bound_ratio)
+    paths = sequential_paths(z, settings, pairs_left_after=left)
+    out = []
+    for flags in (paths.safe, paths.unsafe, paths.futile):
+        by_pair = np.zeros_like(flags)
+        # ``position`` is a permutation of the pairs per row; entries past the usable pairs are False.
+        np.put_along_axis(by_pair, paths.position, flags, axis=1)
+        out.append(by_pair)
+    return _Path(*out)
+
+
+def _triggers(on: np.ndarray, on_p99: np.ndarray, on_n: np.ndarray, off: np.ndarray, off_n: np.ndarray,
+              base: np.ndarray, base_n: np.ndarray, slo: float, settings: JudgeSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Per on-window (R, N): the SLO rule fires (resident p99 over the SLO in a window with data), and
+    else the slowdown guard fires (≥ ``GUARD_MIN_SAMPLES`` requests and the window mean more than the
+    guard over the slowest off-window of the earlier pairs and the baseline) — ``_Run.guard``."""
+    slo_fire = (on_n >= settings.min_samples_per_window) & (on_p99 > slo)
+    valid_off = off_n >= settings.min_samples_per_window
+    b = np.where(base_n >= settings.min_samples_per_window, base, 0.0)
+    running = np.maximum(np.maximum.accumulate(np.where(valid_off, off, 0.0), axis=1), b[:, None])
+    ref = np.concatenate([b[:, None], running[:, :-1]], axis=1)  # before pair i
+    on_ok = (on_n >= max(GUARD_MIN_SAMPLES, settings.min_samples_per_window)) & np.isfinite(on)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        guard_fire = on_ok & (ref > 0) & (100.0 * (on / ref - 1.0) > GUARD_PCT) & ~slo_fire
+    return slo_fire, guard_fire
+
+
+@dataclass
+class _Row:
+    """One probe's windows on its current timeline (re-timed after every pause that measured)."""
+
+    off: np.ndarray  # (N,)
+    on: np.ndarray
+    off_p99: np.ndarray
+    on_p99: np.ndarray
+    fits_pair: np.ndarray  # (N,) bool: the pair ends within the time budget
+    fits_on: np.ndarray  # the on-window ends within it
+    slo_fire: np.ndarray
+    guard_fire: np.ndarray
+    path: _Path
+
+
+def _retimed(w: Windows, t: int, shift_on: np.ndarray, shift_off: np.ndarray, slo: float,
+             settings: JudgeSettings) -> _Row:
+    tl = w.timeline
+    assert tl is not None
+    fam = tl.family
+    rows = slice(t, t + 1)
+    d = tl.duration[rows]
+    on_f = _resident_factor(fam, tl.on_start[rows] + shift_on, tl.on_start[rows] + shift_on + d, tl.phase[rows], tl.step_at[rows])
+    off_f = _resident_factor(fam, tl.off_start[rows] + shift_off, tl.off_start[rows] + shift_off + d, tl.phase[rows],
+                             tl.step_at[rows])
+    gain = on_f * (1.0 + tl.slow[rows])
+    on, on_p99 = tl.on_unit[rows] * gain, tl.on_unit_p99[rows] * gain
+    off, off_p99 = tl.off_unit[rows] * off_f, tl.off_unit_p99[rows] * off_f
+    budget = tl.time_budget[t] + 1e-9
+    fits_on = (tl.on_start[rows] + shift_on + d <= budget)[0]
+    fits_pair = fits_on & (tl.off_start[rows] + shift_off + d <= budget)[0]
+    horizon = int(fits_pair.sum())  # pairs are measured in order, so the fitting ones are a prefix
+    n = w.off.shape[1]
+    valid = (w.off_n[rows] >= settings.min_samples_per_window) & (w.on_n[rows] >= settings.min_samples_per_window)
+    valid &= fits_pair[None, :]
+    base = np.where(w.baseline_n[rows] >= settings.min_samples_per_window, w.baseline[rows], np.nan)
+    left = np.maximum(horizon - 1 - np.arange(n), 0)[None, :].astype(np.int64)
+    path = _judge_by_pair(off, on, valid, base, left, settings)
+    slo_fire, guard_fire = _triggers(on, on_p99, w.on_n[rows], off, w.off_n[rows], w.baseline[rows],
+                                     w.baseline_n[rows], slo, settings)
+    return _Row(off[0], on[0], off_p99[0], on_p99[0], fits_pair, fits_on, slo_fire[0] & fits_on, guard_fire[0] & fits_on,
+                _Path(path.safe[0], path.unsafe[0], path.futile[0]))
+
+
+def _first_at_or_after(mask: np.ndarray, start: int) -> int:
+    hits = np.flatnonzero(mask[start:])
+    return int(hits[0]) + start if hits.size else -1
+
+
+def _fresh_window(rng: np.random.Generator, w: Windows, t: int, start_s: float, use_p99: bool,
+                  settings: JudgeSettings) -> float | None:
+    """One window of the resident alone (no candidate) of ``WINDOW_S`` from ``start_s``: its statistic
+    (window mean, or p99 for the SLO rule), ``None`` without enough requests."""
+    tl = w.timeline
+    assert tl is not None
+    fam = tl.family
+    k = np.array([rng.poisson(fam.rps * WINDOW_S)])
+    mean, p99 = _window_means(rng, fam.latency, k)
+    if k[0] < settings.min_samples_per_window:
+        return None
+    factor = _resident_factor(fam, np.array([[start_s]]), np.array([[start_s + WINDOW_S]]), tl.phase[t : t + 1],
+                              tl.step_at[t : t + 1])[0, 0]
+    return float((p99 if use_p99 else mean)[0] * factor)
+
+
+def sequential_guarded(w: Windows, settings: JudgeSettings) -> Outcome:
+    """The judge, the slowdown guard and the SLO rule with attribution, as ``_Run.body``/``guard``/``attribute``
+    drive them: see :func:`run_guarded_trial`. Vectorised where no rule fired; a loop over the
+    probes where one did."""
+    trials, horizon = w.off.shape
+    assert w.on_p99 is not None and w.off_p99 is not None and w.baseline_p99 is not None and w.slo is not None
+    slo = w.slo
+    valid = (w.off_n >= settings.min_samples_per_window) & (w.on_n >= settings.min_samples_per_window)
+    base = np.where(w.baseline_n >= settings.min_samples_per_window, w.baseline, np.nan)
+    left = np.broadcast_to(horizon - 1 - np.arange(horizon), (trials, horizon)).astype(np.int64)
+    path = _judge_by_pair(w.off, w.on, valid, base, left, settings)
+    slo_fire, guard_fire = _triggers(w.on, w.on_p99, w.on_n, w.off, w.off_n, w.baseline, w.baseline_n, slo, settings)
+    event = path.safe | path.unsafe | path.futile
+    jp = np.where(event.any(axis=1), event.argmax(axis=1), horizon)
+    trig = slo_fire | guard_fire
+    g = np.where(trig.any(axis=1), trig.argmax(axis=1), horizon)
+    rows = np.arange(trials)
+    jj = np.minimum(jp, horizon - 1)
+    label = np.where(jp >= horizon, 0, np.where(path.unsafe[rows, jj], -1, np.where(path.safe[rows, jj], 1, 0)))
+    rule = np.where(jp >= horizon, "budget", np.where(path.futile[rows, jj] & (label == 0), "futility", "judge")).astype(object)
+    used = np.minimum(jp + 1, horizon)
+    pauses = np.zeros(trials, dtype=np.int64)
+    fresh = np.zeros(trials, dtype=np.int64)
+    # The baseline breaches the SLO: "not now", the candidate never runs (no exposure, no verdict).
+    base_ok = w.baseline_n >= settings.min_samples_per_window
+    not_now = base_ok & (w.baseline_p99 > slo)
+    label[not_now], rule[not_now], used[not_now] = 0, "not-now", 0
+    rng = np.random.default_rng([*w.stream, 12])
+    everything = np.ones(horizon, dtype=bool)
+    for t in np.flatnonzero(~not_now & (g < horizon) & (g <= jp)):
+        row = _Row(w.off[t], w.on[t], w.off_p99[t], w.on_p99[t], everything, everything, slo_fire[t], guard_fire[t],
+                   _Path(path.safe[t], path.unsafe[t], path.futile[t]))
+        label[t], rule[t], used[t], pauses[t], fresh[t] = run_guarded_trial(w, int(t), row, slo, settings, rng)
+    return Outcome(label, used, rule.astype(str), pauses=pauses, fresh_windows=fresh)
+
+
+def run_guarded_trial(w: Windows, t: int, row: _Row, slo: float, settings: JudgeSettings,
+                      rng: np.random.Generator) -> tuple[int, str, int, int, int]:
+    """One probe in which the SLO rule or the guard fires before the judge decides, driven as the
+    orchestrator drives it: at each firing on-window (the judge has not decided on the earlier pairs)
+    the candidate stops and the window is tested by :func:`canary.probe.attribution.attribute` against
+    the resident's own windows (the baseline and the off-windows of the earlier pairs — the current
+    pair's off-window joins them only when its pair is complete), measuring fresh windows of the
+    resident alone of ``WINDOW_S`` each while the test says they could still make it attributable and
+    :data:`ATTRIBUTION_SHARE` of the time left allows; level ``alpha / (MAX_PAUSES + 1)`` per pause.
+    Attributed: *unsafe* (rule slo / guard). Not: the probe resumes — every later window moves by the
+    time measured, the pair is kept for the judge, the judge's horizon shrinks — unless fewer than
+    :data:`RESUME_WINDOWS` windows are left or this was pause ``MAX_PAUSES + 1``: then the judge's final
+    word on the pairs so far (the current pair counted when its off-window came first), a *safe* turned
+    inconclusive (rule slo-end / guard-end). Fresh windows count only in their own pause, as in
+    ``_Run.attribute``. Returns (label, rule, pairs used, pauses, fresh windows measured)."""
+    tl = w.timeline
+    assert tl is not None and w.on_p99 is not None and w.baseline_p99 is not None
+    horizon = w.off.shape[1]
+    mins = settings.min_samples_per_window
+    shift_on = np.zeros((1, horizon))
+    shift_off = np.zeros((1, horizon))
+    base_ok = bool(w.baseline_n[t] >= mins)
+    base_stat, base_p99 = float(w.baseline[t]), float(w.baseline_p99[t])
+    on_ok = w.on_n[t] >= mins
+    off_ok = w.off_n[t] >= mins
+    level = settings.alpha / (MAX_PAUSES + 1)
+    shift = 0.0
+    pauses = measured_total = 0
+    start = 0
+    while True:
+        fits = int(row.fits_pair.sum())
+        trig = row.slo_fire | row.guard_fire
+        i = _first_at_or_after(trig, start)
+        event = row.path.safe | row.path.unsafe | row.path.futile
+        j = _first_at_or_after(event[:fits], start)
+        if i < 0 or (0 <= j < i):
+            if j < 0:
+                return 0, "budget", fits, pauses, measured_total
+            if row.path.unsafe[j]:
+                return -1, "judge", j + 1, pauses, measured_total
+            if row.path.safe[j]:
+                return 1, "judge", j + 1, pauses, measured_total
+            return 0, "futility", j + 1, pauses, measured_total
+        pauses += 1
+        use_p99 = bool(row.slo_fire[i])
+        kind = "slo" if use_p99 else "guard"
+        ons = row.on_p99 if use_p99 else row.on
+        offs = row.off_p99 if use_p99 else row.off
+        on_values = [float(v) for v in ons[:i][on_ok[:i]]] + [float(ons[i])]
+        off_values = ([base_p99 if use_p99 else base_stat] if base_ok else []) + [float(v) for v in offs[:i][off_ok[:i]]]
+        if use_p99:
+            threshold = slo
+        else:
+            reference = max(off_values)
+            threshold = reference * (1.0 + GUARD_PCT / 100.0)
+        now = float(tl.on_start[t, i] + tl.duration[t, i]) + shift
+        budget = float(tl.time_budget[t])
+        allowed = int(ATTRIBUTION_SHARE * (budget - now) // WINDOW_S)
+        measured = 0
+        while True:
+            verdict = attribute(on_values, off_values, threshold, level=level, more_windows_allowed=allowed - measured)
+            if verdict.attributed or not verdict.worth_measuring:
+                break
+            value = _fresh_window(rng, w, t, now + measured * WINDOW_S, use_p99, settings)
+            measured += 1
+            if value is not None:
+                off_values.append(value)
+        measured_total += measured
+        now += measured * WINDOW_S
+        if verdict.attributed:
+            return -1, kind, i + 1, pauses, measured_total
+        resumable = (budget - now) // WINDOW_S >= RESUME_WINDOWS
+        if pauses > MAX_PAUSES or not resumable:
+            # The judge on the pairs so far, budget exhausted: it had not decided before this pair, so
+            # only the current pair (complete when its off-window came first) can make it *unsafe*.
+            unsafe = bool(w.off_first[t, i] and row.path.unsafe[i])
+            return (-1 if unsafe else 0), f"{kind}-end", i + 1, pauses, measured_total
+        if measured:
+            shift += measured * WINDOW_S
+            later = np.arange(horizon) > i
+            shift_on[0, later] = shift
+            shift_off[0, later | ((np.arange(horizon) == i) & ~w.off_first[t])] = shift
+            row = _retimed(w, t, shift_on, shift_off, slo, settings)
+        # The judge runs after pair i (with the budget's pairs left now); the rules only on later on-windows.
+        event = row.path.safe | row.path.unsafe | row.path.futile
+        j = _first_at_or_after(event[: int(row.fits_pair.sum())], i)
+        if j == i:
+            if row.path.unsafe[j]:
+                return -1, "judge", j + 1, pauses, measured_total
+            if row.path.safe[j]:
+                return 1, "judge", j + 1, pauses, measured_total
+            return 0, "futility", j + 1, pauses, measured_total
+        start = i + 1
 
 
 def _t_quantile(p: float, df: np.ndarray) -> np.ndarray:
@@ -369,9 +688,13 @@ def kayenta_mw(w: Windows, settings: JudgeSettings) -> Outcome:
     return Outcome(label, np.full(trials, horizon))
 
 
+OLD_GUARD = "sequential+old guard (unattributed)"
+GUARDED = "sequential+guard+slo"
+
 METHODS: dict[str, Callable[[Windows, JudgeSettings], Outcome]] = {
     "sequential": lambda w, s: sequential(w, s, guard=False),
-    "sequential+guard": lambda w, s: sequential(w, s, guard=True),
+    OLD_GUARD: lambda w, s: sequential(w, s, guard=True),
+    GUARDED: sequential_guarded,
     "fixed-horizon": lambda w, s: fixed_horizon(w, s, every_pair=False),
     "every-pair uncorrected": lambda w, s: fixed_horizon(w, s, every_pair=True),
     "Kayenta MW (differs from baseline)": kayenta_mw,
@@ -398,6 +721,12 @@ class MethodRow:
     median_exposure_decided: float | None
     median_pairs_decided: float | None
     rules: dict[str, int] = field(default_factory=dict)
+    # Only for the method with the SLO rule and attribution:
+    false_reject_by: dict[str, float] | None = None  # judge / guard / slo (a *-end unsafe counts as judge)
+    not_now: float | None = None  # the resident breached its SLO in the baseline: the candidate never ran
+    pauses_mean: float | None = None
+    paused: float | None = None  # share of trials with at least one SLO / guard pause
+    fresh_windows_mean: float | None = None
 
 
 def summarise(fam: Family, out: Outcome, w: Windows, bound_pct: float) -> MethodRow:
@@ -414,7 +743,22 @@ def summarise(fam: Family, out: Outcome, w: Windows, bound_pct: float) -> Method
         for r, lab in zip(out.rule, out.label, strict=True):
             key = f"{r}:{ {1: 'safe', -1: 'unsafe', 0: 'inconclusive'}[int(lab)] }".replace(" ", "")
             rules[key] = rules.get(key, 0) + 1
+    extra: dict[str, Any] = {}
+    if out.pauses is not None and out.rule is not None and out.fresh_windows is not None:
+        rejected = out.label == -1
+        base_rule = np.array([str(r).removesuffix("-end") for r in out.rule])
+        ended = np.array([str(r).endswith("-end") for r in out.rule])
+        by = {"judge": rejected & ((base_rule == "judge") | ended), "guard": rejected & (base_rule == "guard") & ~ended,
+              "slo": rejected & (base_rule == "slo") & ~ended}
+        extra = {
+            "false_reject_by": None if unsafe_truth else {k: float(np.mean(v)) for k, v in by.items()},
+            "not_now": float(np.mean(out.rule == "not-now")),
+            "pauses_mean": float(np.mean(out.pauses)),
+            "paused": float(np.mean(out.pauses > 0)),
+            "fresh_windows_mean": float(np.mean(out.fresh_windows)),
+        }
     return MethodRow(
+        **extra,
         false_admit=fa,
         false_admit_se=fa_se,
         false_reject=fr,
@@ -431,8 +775,9 @@ def run_family(args: tuple[Family, int, int, int, int, tuple[np.ndarray, np.ndar
     fam, index, trials, horizon, seed, sched = args
     began = time.perf_counter()
     w = generate(fam, trials, horizon, seed, index, sched)
+    w.slo = resident_slo(fam, seed, index, sched, horizon)
     rows = {name: summarise(fam, method(w, SETTINGS), w, BOUND_PCT).__dict__ for name, method in METHODS.items()}
-    return {"family": fam.__dict__, "methods": rows, "wall_s": time.perf_counter() - began}
+    return {"family": fam.__dict__, "slo_p99_ms": w.slo, "methods": rows, "wall_s": time.perf_counter() - began}
 
 
 def _fmt(v: float | None, width: int = 6, digits: int = 3) -> str:
@@ -468,6 +813,47 @@ def check_targets(results: Sequence[dict[str, Any]], alpha: float) -> list[str]:
         ok = seq["inconclusive"] <= 0.05 and (seq["false_reject"] or 0.0) <= 0.05
         lines.append(f"{'PASS' if ok else 'FAIL'} inconclusive {seq['inconclusive']:.3f} <= 0.05, false rejects "
                      f"{_fmt(seq['false_reject'], 0)} <= 0.05: {r['family']['name']}")
+    # Issue 20: the judge, the guard and the SLO rule together, with attribution.
+    for r in results:
+        g = r["methods"].get(GUARDED)
+        if g is None:
+            continue
+        name, truth = r["family"]["name"], r["family"]["truth_pct"]
+        if g["false_admit"] is not None:
+            limit = alpha + 2 * max(g["false_admit_se"], math.sqrt(alpha * (1 - alpha) / r["trials"]))
+            ok = g["false_admit"] <= limit
+            lines.append(f"{'PASS' if ok else 'FAIL'} judge+guard+slo false admits {g['false_admit']:.3f} <= {limit:.3f}: {name}")
+        elif truth <= BOUND_PCT / 2:
+            ok = g["false_reject"] <= 0.05
+            lines.append(f"{'PASS' if ok else 'FAIL'} judge+guard+slo false rejects {g['false_reject']:.3f} <= 0.05 "
+                         f"(truth <= bound/2): {name}")
+    return lines
+
+
+def guarded_table(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The judge, the guard and the SLO rule with attribution, per family, beside the old guard."""
+    head = (f"{'family':<44} {'truth':>6} {'SLO ms':>7} | {'FA±SE / FR':<13} {'FR judge/guard/slo':<18} "
+            f"{'inc':>5} {'notnow':>6} {'exp':>5} {'paused':>6} {'pauses':>6} {'fresh':>5} | old guard FA/FR")
+    lines = [f"# {GUARDED}: the SLO rule and the guard pause the probe; unsafe only when attributed "
+             f"(exact tests, level alpha/{MAX_PAUSES + 1} per pause)", head, "-" * len(head)]
+    for r in results:
+        g, old = r["methods"][GUARDED], r["methods"][OLD_GUARD]
+        err = (f"{g['false_admit']:.3f}±{g['false_admit_se']:.3f}" if g["false_admit"] is not None
+               else f"FR {g['false_reject']:.3f}")
+        by = g["false_reject_by"]
+        by_text = "—" if by is None else f"{by['judge']:.3f}/{by['guard']:.3f}/{by['slo']:.3f}"
+        exp = g["median_exposure_decided"]
+        old_text = (f"FA {old['false_admit']:.3f}" if old["false_admit"] is not None else f"FR {old['false_reject']:.3f}")
+        lines.append(
+            f"{r['family']['name']:<44} {r['family']['truth_pct']:>6.1f} {r['slo_p99_ms']:>7.2f} | {err:<13} {by_text:<18} "
+            f"{g['inconclusive']:>5.3f} {g['not_now']:>6.3f} {'—' if exp is None else str(round(exp)):>5} "
+            f"{g['paused']:>6.3f} {g['pauses_mean']:>6.2f} {g['fresh_windows_mean']:>5.2f} | {old_text}"
+        )
+    lines.append("-" * len(head))
+    lines.append("# FR judge/guard/slo: false rejects by the rule that decided (an unsafe word of the judge at the "
+                 "probe's end after the last pause counts as judge); inc includes not-now; notnow: the resident "
+                 "breached its SLO in the baseline (the candidate never ran); paused: trials with >= 1 pause; pauses: "
+                 "mean per trial; fresh: mean windows of the resident alone measured to attribute")
     return lines
 
 
@@ -506,7 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in results:
         r["trials"] = args.trials
     names = list(METHODS)
-    short = {"sequential": "seq", "sequential+guard": "seq+guard", "fixed-horizon": "fixed",
+    short = {"sequential": "seq", OLD_GUARD: "seq+oldguard", GUARDED: "seq+guard+slo", "fixed-horizon": "fixed",
              "every-pair uncorrected": "uncorr", "Kayenta MW (differs from baseline)": "KaytMW"}
     header = f"{'family':<44} {'truth':>6} | " + " | ".join(
         f"{short[n] + ' FA±SE / FR / inc / exp':<33}" for n in names
@@ -529,7 +915,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("# inc = inconclusive; exp = median candidate requests per DECIDED trial. Kayenta MW tests "
           "'differs from baseline', not 'within the bound'.")
     print("# sequential verdicts by rule: " + "; ".join(
-        f"{r['family']['name']}: {r['methods']['sequential+guard']['rules']}" for r in results[:3]))
+        f"{r['family']['name']}: {r['methods'][GUARDED]['rules']}" for r in results[:3]))
+    for line in guarded_table(results):
+        print(line)
     targets = check_targets(results, alpha)
     for line in targets:
         print(line)
@@ -541,7 +929,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "settings": {"bound_pct": BOUND_PCT, "confidence": CONFIDENCE, "horizon_pairs": args.horizon,
                          "window_s": WINDOW_S, "guard_pct": GUARD_PCT, "burst_rate_guarded": BURST_RATE_GUARDED,
                          "min_safe_pairs": SETTINGS.min_safe_pairs, "range_z": SETTINGS.range_z,
-                         "trials": args.trials, "seed": args.seed},
+                         "trials": args.trials, "seed": args.seed, "slo_quantile": SLO_QUANTILE,
+                         "max_pauses": MAX_PAUSES, "attribution_share": ATTRIBUTION_SHARE,
+                         "attribution_level_per_pause": alpha / (MAX_PAUSES + 1)},
             "results": results,
             "targets": targets,
             "wall_s": elapsed,

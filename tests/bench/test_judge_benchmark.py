@@ -6,19 +6,26 @@ their truth says — properties that hold at any trial count."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
+from canary.quantiles import quantile
+
 ROOT = Path(__file__).resolve().parents[2]
+GUARDED = "sequential+guard+slo"
 METHODS = (
     "sequential",
-    "sequential+guard",
+    "sequential+old guard (unattributed)",
+    "sequential+guard+slo",
     "fixed-horizon",
     "every-pair uncorrected",
     "Kayenta MW (differs from baseline)",
@@ -66,3 +73,65 @@ def test_clear_families_decide_the_way_their_truth_says(doc: dict[str, Any]) -> 
     assert unsafe["false_admit"] == 0.0 and unsafe["median_pairs_decided"] < safe["median_pairs_decided"]
     # The fixed-horizon test always spends the whole horizon.
     assert by_name["clear-safe 0%"]["fixed-horizon"]["median_pairs_decided"] == 80
+
+
+@pytest.mark.slow
+def test_guard_and_slo_rule_report_their_verdicts(doc: dict[str, Any]) -> None:
+    assert doc["settings"]["max_pauses"] == 3
+    assert doc["settings"]["attribution_level_per_pause"] == pytest.approx(0.05 / 4)
+    known = {"judge", "futility", "budget", "guard", "slo", "guard-end", "slo-end", "not-now"}
+    for r in doc["results"]:
+        g = r["methods"][GUARDED]
+        assert r["slo_p99_ms"] > 0
+        assert sum(g["rules"].values()) == 40
+        assert {key.split(":")[0] for key in g["rules"]} <= known
+        # The baseline over the SLO ends a probe before the candidate starts: never a verdict.
+        assert not any(k.startswith("not-now:") and not k.endswith("inconclusive") for k in g["rules"])
+        assert 0.0 <= g["not_now"] <= g["inconclusive"]
+        assert 0.0 <= g["paused"] <= 1.0 and g["pauses_mean"] <= 4.0
+        if r["family"]["truth_pct"] < doc["settings"]["bound_pct"]:
+            by = g["false_reject_by"]
+            assert set(by) == {"judge", "guard", "slo"}
+            assert sum(by.values()) == pytest.approx(g["false_reject"])
+        else:
+            assert g["false_reject_by"] is None
+
+
+@pytest.mark.slow
+def test_attribution_rarely_blames_a_candidate_that_changes_nothing(doc: dict[str, Any]) -> None:
+    """clear-safe 0%: the windows are independent and the candidate changes nothing, so an SLO or guard
+    pause is attributed to it (unsafe by rule slo or guard) with probability about the level alpha at
+    most; the resident breaches its SLO alone in one window in ten, so most probes do pause."""
+    by_name = {r["family"]["name"]: r["methods"] for r in doc["results"]}
+    g = by_name["clear-safe 0%"][GUARDED]
+    assert g["paused"] >= 0.5
+    attributed = g["rules"].get("slo:unsafe", 0) + g["rules"].get("guard:unsafe", 0)
+    # 40 probes: far above alpha (0.05) would be >= 9 (Binomial(40, 0.07) reaches it with p < 0.01).
+    assert attributed <= 8
+    # With the candidate far beyond the bound the rules can only stop it sooner: no false admit.
+    assert by_name["clear-unsafe 30% (2x bound)"][GUARDED]["false_admit"] == 0.0
+
+
+def _benchmark_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("judge_benchmark", ROOT / "benchmarks" / "judge.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_window_p99_is_the_nearest_rank_of_the_same_draws() -> None:
+    bench = _benchmark_module()
+    counts = np.array([[0, 1, 5], [50, 99, 120]])
+    means, p99 = bench._window_means(np.random.default_rng(7), "pareto", counts)
+    draws = bench._draw_latency(np.random.default_rng(7), "pareto", (counts.size, int(counts.max())))
+    for index, k in enumerate(counts.reshape(-1)):
+        row = draws[index, :k].tolist()
+        if k == 0:
+            assert math.isnan(means.reshape(-1)[index]) and math.isnan(p99.reshape(-1)[index])
+            continue
+        assert means.reshape(-1)[index] == pytest.approx(sum(row) / k)
+        # Below 100 requests the nearest-rank p99 is the maximum; at 120 it is the 119th smallest.
+        assert p99.reshape(-1)[index] == quantile(row, 0.99)
+    assert p99[1, 0] == max(draws[3, :50]) and p99[1, 2] == sorted(draws[5, :120])[118]
