@@ -338,17 +338,12 @@ def list_evidence_for_pairs(
     wanted = list(pairs)
     if not wanted:
         return []
+    from evidence_store.evidence import newest_records
+
     query = select(Evidence).where(
         or_(*(and_(Evidence.resident_version == r, Evidence.candidate_version == c) for r, c in wanted))
     )
-    if device_type is not None:
-        query = query.where(Evidence.device_type == device_type)
-    if status is not None:
-        query = query.where(Evidence.status == status)
-    query = query.order_by(Evidence.created_at.desc(), Evidence.id.desc())
-    if limit is not None:
-        query = query.limit(limit)
-    return [EvidenceOut.model_validate(r) for r in session.scalars(query)]
+    return newest_records(session, query, device_type=device_type, status=status, limit=limit)
 
 
 def terminal_columns() -> int | None:

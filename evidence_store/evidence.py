@@ -196,6 +196,14 @@ def list_evidence(
     query: Select[Evidence] = select(Evidence)
     if pair is not None:
         query = query.where(_pair_filter(pair))
+    return newest_records(session, query, device_type=device_type, status=status, limit=limit)
+
+
+def newest_records(
+    session: Session, query: Select[Evidence], *, device_type: str | None, status: str | None, limit: int | None
+) -> list[EvidenceOut]:
+    """``query``'s records filtered by device type and status, newest first, at most ``limit``: the one
+    listing rule every evidence listing shares."""
     if device_type is not None:
         query = query.where(Evidence.device_type == device_type)
     if status is not None:
