@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError
+from evidence_store.conditions import active_booking, usable_evidence
 from evidence_store.keys import PairKey
 from evidence_store.models import Evidence, Reservation
 from evidence_store.pooling import Record, pool
@@ -44,9 +45,8 @@ _LOOKUP_STATEMENT = (
     select(*_LOOKUP_COLUMNS)
     .where(
         Evidence.key_digest == bindparam("key_digest"),
-        Evidence.status == "current",
-        Evidence.expires_at > bindparam("now"),
-        Evidence.created_at > bindparam("oldest"),
+        usable_evidence(bindparam("now", type_=Evidence.expires_at.type),
+                        bindparam("oldest", type_=Evidence.created_at.type)),
     )
     .order_by(Evidence.created_at.desc(), Evidence.id.desc())
 )
@@ -173,17 +173,15 @@ def _decision_statement(dialect: Dialect) -> Select[*tuple[Any, ...]]:
         *(cast(null(), c.type).label(c.name) for c in evidence_columns),
     ).where(
         _member(Reservation.device_id, "devices", dialect),
-        Reservation.released_at.is_(None),
-        Reservation.expires_at > bindparam("booked_at", type_=Reservation.expires_at.type),
+        active_booking(bindparam("booked_at", type_=Reservation.expires_at.type)),
     ).group_by(Reservation.device_id)
     candidates = select(
         cast(null(), Reservation.device_id.type).label("device_id"),
         cast(null(), Reservation.memory_bytes.type).label("booked"), *evidence_columns,
     ).where(
         _member(Evidence.key_digest, "digests", dialect),
-        Evidence.status == "current",
-        Evidence.expires_at > bindparam("evidence_at", type_=Evidence.expires_at.type),
-        Evidence.created_at > bindparam("oldest", type_=Evidence.created_at.type),
+        usable_evidence(bindparam("evidence_at", type_=Evidence.expires_at.type),
+                        bindparam("oldest", type_=Evidence.created_at.type)),
     )
     both = union_all(bookings, candidates).subquery("decision")
     statement = select(*both.c).order_by(both.c.key_digest, both.c.created_at.desc(), both.c.id.desc())

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from canary.errors import InputError
 from canary.regime import parse_mig_instance
+from evidence_store.conditions import active_booking
 from evidence_store.errors import ReservationConflict
 from evidence_store.leases import lease_until
 from evidence_store.models import Device, Reservation
@@ -74,8 +75,7 @@ def _active_query(device_id: str, now: datetime) -> Select[Reservation]:
         select(Reservation)
         .where(
             Reservation.device_id == device_id,
-            Reservation.released_at.is_(None),
-            Reservation.expires_at > to_utc(now),
+            active_booking(now),
         )
         .order_by(Reservation.created_at, Reservation.id)
     )
@@ -251,8 +251,7 @@ def mig_bookings(session: Session | Connection, device_id: str, now: datetime) -
             # LIKE finds the candidates (SQLite's LIKE ignores ASCII case); the exact id is checked below.
             r.device_id.startswith(prefix, autoescape=True),
             r.mig_instance.is_not(None),
-            r.released_at.is_(None),
-            r.expires_at > to_utc(now),
+            active_booking(now),
         )
         .order_by(r.created_at, r.id)
     )
@@ -289,8 +288,7 @@ def active_reservations(session: Session, device_id: str, now: datetime) -> list
 # from scratch) cost more CPU than running it.
 _RESERVED_BYTES = select(func.coalesce(func.sum(Reservation.memory_bytes), 0)).where(
     Reservation.device_id == bindparam("device_id"),
-    Reservation.released_at.is_(None),
-    Reservation.expires_at > bindparam("now"),
+    active_booking(bindparam("now", type_=Reservation.expires_at.type)),
 )
 
 
@@ -309,6 +307,6 @@ def list_reservations(
     if device_id is not None:
         query = query.where(Reservation.device_id == device_id)
     if not include_inactive:
-        query = query.where(Reservation.released_at.is_(None), Reservation.expires_at > to_utc(now))
+        query = query.where(active_booking(now))
     query = query.order_by(Reservation.device_id, Reservation.created_at, Reservation.id)
     return [ReservationOut.model_validate(r) for r in session.scalars(query)]

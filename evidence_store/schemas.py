@@ -236,7 +236,8 @@ class ReservationOut(_Frozen):
     released_at: AwareDatetime | None
 
     def active_at(self, now: datetime) -> bool:
-        """Counts against the device at ``now``: not released, lease not yet expired."""
+        """Counts against the device at ``now``: not released, lease not yet expired — on a row already
+        read, the rule the queries apply as ``evidence_store.conditions.active_booking``."""
         return self.released_at is None and self.expires_at > to_utc(now)
 
 
