@@ -118,6 +118,7 @@ def generate_rows(
                 "superseded_by": None,
                 "revoked_reason": None,
                 "stale_reason": None,
+                "origin": None,
             }
         )
         if len(out) == batch:
