@@ -6,7 +6,7 @@ measured value next to its threshold.
 """
 
 import datetime as dt
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field, model_validator
 
@@ -15,7 +15,7 @@ from canary._model import Model
 Verdict = Literal["admit", "reject", "unknown"]
 FitVerdict = Literal["yes", "no", "unknown"]
 Shortfall = Literal["now", "never"]
-DecidedBy = Literal["hard-fit", "cache", "canary", "policy"]
+DecidedBy = Literal["hard-fit", "cache", "canary", "policy", "predicted"]
 Quantity = int | float | str
 
 
@@ -168,6 +168,57 @@ class ProbeSummary(Model):
     )
 
 
+    @classmethod
+    def from_result(cls, result: "_SummaryDict") -> "ProbeSummary":
+        """The summary of a probe's result (``canary.probe.orchestrator.ProbeResult``)."""
+        return cls(**result.to_summary_dict())
+
+
+class _SummaryDict(Protocol):
+    def to_summary_dict(self) -> dict[str, Any]: ...
+
+
+PredictionUse = Literal["decision", "prior", "order-only"]
+
+
+class PriorRef(Model):
+    """The prior a probe's judge was given, and where it came from."""
+
+    mean_pct: float
+    sd_pct: float
+    estimator: str = Field(description="the estimator whose calibrated interval the prior was made from")
+    applied: bool = Field(description="whether the probe's judge took the prior")
+    note: str = ""
+
+
+class PredictionRef(Model):
+    """An estimator's predicted slowdown of one resident next to the candidate (docs/estimators.md).
+
+    ``lo_pct``/``hi_pct``/``point_pct``: the estimator's own interval; ``calibrated_interval_pct``: that
+    interval widened by split-conformal calibration on this device type's recorded outcomes (``None``:
+    uncalibrated — the prediction may order work, never decide). ``coverage``: the measured held-out
+    coverage of the calibration; ``outcomes``: how many recorded outcomes it rests on. ``used_as``:
+    ``decision`` (it decided, no probe ran), ``prior`` (the probe's judge got it as a prior) or
+    ``order-only`` (shown, not used to decide)."""
+
+    resident: str
+    estimator: str
+    key_digest: str | None = None
+    lo_pct: float
+    hi_pct: float
+    point_pct: float
+    calibrated_interval_pct: tuple[float, float] | None = None
+    calibrated: bool = False
+    confidence_level: float | None = Field(default=None, description="the level the calibration was made at")
+    coverage: float | None = None
+    outcomes: int = 0
+    calibration: str = Field(default="", description="what the calibration found, or why the estimator is uncalibrated")
+    inputs: tuple[str, ...] = ()
+    detail: str = ""
+    used_as: PredictionUse = "order-only"
+    prior: PriorRef | None = None
+
+
 class ReservationRef(Model):
     id: str
     memory_bytes: int
@@ -205,6 +256,9 @@ class Certificate(Model):
     expiry_or_revalidation_trigger: Expiry
     decided_by: DecidedBy
     probe: ProbeSummary | None = None
+    predictions: tuple[PredictionRef, ...] = Field(
+        default=(), description="estimators' predictions per resident: what decided (decided_by 'predicted'), or "
+        "the prior a probe was given and where it came from")
     caveats: tuple[str, ...] = ()
     policy: str
     issued_at: dt.datetime

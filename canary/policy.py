@@ -164,6 +164,24 @@ class Policy(Model):
     on_probe_inconclusive: Literal["unknown", "reject"] = Field(
         default="unknown", description="reject: treat a probe that ran out of budget as a no"
     )
+    estimators: tuple[str, ...] = Field(
+        default=(),
+        description="interference estimators consulted before a probe (transfer, analytical, simulator, or one "
+        "installed under the canary.estimators entry point group): their calibrated intervals become the "
+        "probe's prior and order warm plans; they decide nothing unless also in decide_on_prediction. "
+        "Empty by default: no estimate is made (docs/estimators.md)",
+    )
+    decide_on_prediction: tuple[str, ...] = Field(
+        default=(),
+        description="estimators (of those in estimators) trusted to decide without a probe, where their "
+        "calibrated interval clears the resident's bound at the budget's required confidence. Empty by "
+        "default: every unseen pair is probed",
+    )
+    min_calibration_outcomes: int = Field(
+        default=30, ge=2, le=100000,
+        description="recorded probe outcomes an estimator needs on a device type before its intervals count "
+        "as calibrated; with fewer it may order work, never decide",
+    )
     reservation_lease_s: float = Field(
         default=3600.0, gt=0, le=MAX_RESERVATION_LEASE_S,
         description="an admission's memory booking lapses after this unless renewed (at most 30 days)",
@@ -208,6 +226,23 @@ class Policy(Model):
         missing = [c for c in WORKLOAD_CLASSES if c not in self.risk_budgets]
         if missing:
             raise ValueError(f"risk_budgets lacks the workload class(es): {', '.join(missing)}")
+        return self
+
+    @field_validator("estimators", "decide_on_prediction")
+    @classmethod
+    def _estimator_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+                raise ValueError(f"{name!r} is not an estimator name")
+        if len(set(names)) != len(names):
+            raise ValueError("an estimator is named twice")
+        return names
+
+    @model_validator(mode="after")
+    def _deciders_are_consulted(self) -> "Policy":
+        extra = [n for n in self.decide_on_prediction if n not in self.estimators]
+        if extra:
+            raise ValueError(f"decide_on_prediction names {', '.join(extra)}, which estimators does not consult")
         return self
 
     @field_validator("candidate_environment")

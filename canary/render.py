@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from canary.certificate import Certificate, Finding, Quantity
+from canary.certificate import Certificate, Finding, PredictionRef, Quantity
 from canary.tables import table
 from canary.units import format_bytes
 
@@ -57,6 +57,24 @@ def findings_table(findings: Sequence[Finding], limiting: str | None) -> str:
     return table(["  resource", "demand", "available", "fit", "source"], rows)
 
 
+_USE = {"decision": "decided without a probe", "prior": "the probe's prior", "order-only": "shown only, decides nothing"}
+
+
+def prediction_line(p: PredictionRef) -> str:
+    """One prediction: the estimator's interval, its calibration (interval, level, measured coverage,
+    outcomes) or why it is uncalibrated, and what it was used for."""
+    head = (f"predicted for {p.resident} by {p.estimator}: {p.lo_pct:.1f}% to {p.hi_pct:.1f}% "
+            f"(point {p.point_pct:.1f}%)")
+    if p.calibrated and p.calibrated_interval_pct is not None:
+        lo, hi = p.calibrated_interval_pct
+        cov = "unknown" if p.coverage is None else f"{p.coverage:.3f}"
+        cal = (f"calibrated {lo:.1f}% to {hi:.1f}% at {p.confidence_level:g}, measured coverage {cov} over "
+               f"{p.outcomes} outcomes")
+    else:
+        cal = f"uncalibrated ({p.calibration})" if p.calibration else "uncalibrated"
+    return f"{head}; {cal}; {_USE[p.used_as]}"
+
+
 def certificate_text(cert: Certificate, *, verbose: bool = False) -> str:
     head = (f"{_VERDICT_WORD[cert.verdict]}  {cert.workload_name} ({cert.workload_version}, {cert.shape_family}) "
             f"on {cert.device.type}{' ' + cert.device.uuid if cert.device.uuid else ''}")
@@ -82,6 +100,11 @@ def certificate_text(cert: Certificate, *, verbose: bool = False) -> str:
                      f"{p.budget.get('max_requests_exposed', '?')} requests, {p.windows} windows"
                      + (f"; rolled back: {p.rollback_reason}" if p.rollback_reason else "")
                      + (" (simulated)" if p.simulated else ""))
+    for pr in cert.predictions:
+        lines.append(prediction_line(pr))
+        if pr.prior is not None:
+            lines.append(f"  probe prior: mean {pr.prior.mean_pct:.1f}%, sd {pr.prior.sd_pct:.1f} points, {pr.prior.note}"
+                         + ("" if pr.prior.applied else " (not applied)"))
     if cert.evidence is not None and cert.evidence.ids:
         lines.append(f"evidence: {len(cert.evidence.ids)} record(s), newest {cert.evidence.evidence_timestamp}"
                      + (" (other driver, lower confidence)" if cert.evidence.cross_driver else ""))

@@ -9,6 +9,8 @@ checks them from tables of cases.
   runs, an isolated MIG instance), or ``None`` when interference must be judged;
 - ``cache_decision``: what pooled evidence says, or what is missing;
 - ``settle``: the two above together, and the pairs a probe would settle;
+- ``predicted_decision``: what calibrated predictions decide without a probe, where the policy
+  trusts their estimators (docs/estimators.md), or ``None``;
 - ``probe_decision``: what the probes (and the evidence they complete) say;
 - ``reservation_plan``: where the memory is booked, how much, and against which capacity;
 - ``make_certificate``: the certificate of a decision.
@@ -28,6 +30,7 @@ from canary.certificate import (
     EvidenceRef,
     Expiry,
     HardFit,
+    PredictionRef,
     ProbeSummary,
     ReservationRef,
     ResidentRef,
@@ -38,6 +41,7 @@ from canary.hardfit import check
 if TYPE_CHECKING:
     from canary.admission.request import Request
     from canary.probe.orchestrator import ProbeResult
+    from canary.profile import WorkloadProfile
     from evidence_store.keys import PairKey
 
 REVALIDATION_TRIGGERS = (
@@ -93,6 +97,7 @@ class Decision:
     reservations: tuple[ReservationRef, ...] = ()
     predicted_slowdown_pct: tuple[float, float] | None = None
     expires_at: dt.datetime | None = None
+    predictions: tuple[PredictionRef, ...] = ()
 
 
 def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0,
@@ -185,12 +190,79 @@ def settle(req: Request, hard: HardFit, evidence: list[PairEvidence]) -> Settled
     return Settled(decision, tuple(pairs_needing_probe(evidence)) if decision.verdict == "unknown" else ())
 
 
+def resident_bound_pct(req: Request, resident: WorkloadProfile) -> float:
+    """The slowdown bound of a resident: its class budget's, or its own SLO's when stricter."""
+    bound = req.policy.budget_for(resident.workload_class).max_resident_slowdown_pct
+    if resident.slo is not None and resident.slo.max_slowdown_pct is not None:
+        return min(bound, resident.slo.max_slowdown_pct)
+    return bound
+
+
+def predicted_decision(req: Request, evidence: list[PairEvidence],
+                       predictions: dict[str, PredictionRef]) -> Decision | None:
+    """A decision from calibrated predictions alone, or ``None`` (probe). Only where the policy names
+    the predicting estimator in ``decide_on_prediction``, the estimator is calibrated on this device
+    type (at the resident's required confidence) and, for every pair without usable evidence, its
+    calibrated interval lies wholly on one side of the resident's bound: all at or under it (and the
+    other pairs' evidence is safe and confident) → admit; any pair wholly over it → reject. Anything
+    else — an interval that straddles the bound, an uncalibrated or untrusted estimator, a resident
+    without a profile — is ``None``."""
+    trusted = set(req.policy.decide_on_prediction)
+    missing = [e for e in evidence if e.outcome is None]
+    if not trusted or not missing or any(e.key is None for e in missing):
+        return None
+    cached = [e for e in evidence if e.outcome is not None]
+    profiles = {r.name: r.profile for r in req.snapshot.residents}
+    clear: list[tuple[PairEvidence, PredictionRef, float]] = []
+    for e in missing:
+        p = predictions.get(e.resident)
+        profile = profiles.get(e.resident)
+        if (p is None or profile is None or p.estimator not in trusted or not p.calibrated
+                or p.calibrated_interval_pct is None):
+            return None
+        bound = resident_bound_pct(req, profile)
+        lo, hi = p.calibrated_interval_pct
+        if lo > bound:
+            used = _mark_decided(predictions, p)
+            return Decision("reject", f"predicted: {p.estimator} puts resident {e.resident}'s slowdown at "
+                            f"{lo:.1f}% to {hi:.1f}% (calibrated, measured coverage {_cov(p)} over {p.outcomes} "
+                            f"outcomes), wholly above its bound {bound:g}%; no probe ran", "predicted",
+                            confidence=p.confidence_level, evidence=tuple(evidence), predicted_slowdown_pct=(lo, hi),
+                            predictions=used)
+        if hi > bound:
+            return None
+        clear.append((e, p, bound))
+    if any(e.outcome != "safe" or (e.confidence or 0.0) < req.policy.min_evidence_confidence for e in cached):
+        return None
+    used = _mark_decided(predictions, *(p for _, p, _ in clear))
+    parts = "; ".join(f"{e.resident}: {p.estimator} {p.calibrated_interval_pct[0]:.1f}% to "  # type: ignore[index]
+                      f"{p.calibrated_interval_pct[1]:.1f}% <= {bound:g}% (measured coverage {_cov(p)} over "  # type: ignore[index]
+                      f"{p.outcomes} outcomes)" for e, p, bound in clear)
+    levels = [p.confidence_level for _, p, _ in clear if p.confidence_level is not None]
+    levels += [e.confidence for e in cached if e.confidence is not None]
+    lows = [p.calibrated_interval_pct[0] for _, p, _ in clear if p.calibrated_interval_pct]
+    highs = [p.calibrated_interval_pct[1] for _, p, _ in clear if p.calibrated_interval_pct]
+    return Decision("admit", f"predicted: calibrated predictions keep every unprobed resident within its bound "
+                    f"({parts}); no probe ran", "predicted", confidence=min(levels) if levels else None,
+                    evidence=tuple(evidence), predicted_slowdown_pct=(min(lows), max(highs)), predictions=used)
+
+
+def _mark_decided(predictions: dict[str, PredictionRef], *deciding: PredictionRef) -> tuple[PredictionRef, ...]:
+    """The predictions, those that decided marked ``used_as="decision"``."""
+    ids = {id(p) for p in deciding}
+    return tuple(p.model_copy(update={"used_as": "decision"}) if id(p) in ids else p for p in predictions.values())
+
+
+def _cov(p: PredictionRef) -> str:
+    return "unknown" if p.coverage is None else f"{p.coverage:.3f}"
+
+
 def probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence]) -> Decision:
     """Decide from this admission's probes and the usable evidence of the other pairs."""
     probe_summary = None
     if runs:
         r = runs[-1].result
-        probe_summary = ProbeSummary(**r.to_summary_dict())
+        probe_summary = ProbeSummary.from_result(r)
     outcomes = [run.result.outcome for run in runs]
     evidence = tuple(cached)
     worst = None
@@ -319,6 +391,7 @@ def make_certificate(req: Request, hard: HardFit, decision: Decision, now: dt.da
         ),
         decided_by=decision.decided_by,
         probe=decision.probe,
+        predictions=decision.predictions,
         caveats=hard.caveats,
         policy=req.policy.name,
         issued_at=now,

@@ -20,6 +20,7 @@ from canary.admission.decisions import (
     ProbeRun,
     hard_fit,
     make_certificate,
+    predicted_decision,
     probe_decision,
     settle,
 )
@@ -33,7 +34,7 @@ from canary.admission.store import (
     probe_evidence,
     refit_mig,
 )
-from canary.certificate import Certificate, HardFit
+from canary.certificate import Certificate, HardFit, PredictionRef, PriorRef
 from canary.errors import InputError
 from canary.profile import WorkloadProfile
 from canary.snapshot import Resident
@@ -41,6 +42,7 @@ from canary.snapshot import Resident
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from canary.estimate import Assessment
     from canary.policy import RiskBudget
     from canary.probe.interfaces import Journal, Monitor
     from canary.probe.orchestrator import ProbeProgress
@@ -170,6 +172,13 @@ async def admit_async(
     decision = settled.decision
     runs: list[ProbeRun] = []
     if probe and settled.probe_keys:
+        # Hybrid admission (docs/estimators.md): the policy's estimators predict each unprobed pair;
+        # calibrated predictions from trusted estimators may decide, else they become the probes' priors.
+        predictions = predict_pairs(req, engine, evidence, seed=seed) if req.policy.estimators else {}
+        predicted = predicted_decision(req, evidence, predictions)
+        if predicted is not None:
+            return record_admission(req, hard, predicted, [], engine=engine, reserve=reserve, finished=clock(),
+                                    log_history=log_history)
         from evidence_store.journal import StoreJournal
 
         journal = StoreJournal(engine)
@@ -177,10 +186,14 @@ async def admit_async(
         missing = [(r, e.key) for r, e in zip(req.snapshot.residents, evidence, strict=True)
                    if e.outcome is None and e.key is not None]
         for i, (resident, key) in enumerate(missing):
-            runs.append(await _probe_pair(req, resident, key, journal=journal, progress=progress, seed=seed + i,
-                                          monitor_wrapper=monitor_wrapper))
+            run, prediction = await _probe_pair(req, resident, key, journal=journal, progress=progress,
+                                                seed=seed + i, monitor_wrapper=monitor_wrapper,
+                                                prediction=predictions.get(resident.name))
+            runs.append(run)
+            if prediction is not None:
+                predictions[resident.name] = prediction
         cached = [e for e in evidence if e.outcome is not None]
-        decision = probe_decision(req, runs, cached)
+        decision = dataclasses.replace(probe_decision(req, runs, cached), predictions=tuple(predictions.values()))
     return record_admission(req, hard, decision, runs, engine=engine, reserve=reserve, finished=clock(),
                             log_history=log_history)
 
@@ -239,10 +252,68 @@ async def _recover_orphans(engine: Engine, now: dt.datetime, announce: AnnounceF
         announce(f"recovered {report.aborted} orphaned probe(s) whose lease had expired")
 
 
+def predict_pairs(req: Request, engine: Engine | None, evidence: list[PairEvidence], *,
+                  seed: int = 0) -> dict[str, PredictionRef]:
+    """The policy's estimators' best prediction for every profiled resident whose pair has no usable
+    evidence, by resident name, each with its calibration on this device type at the resident's
+    required confidence (``used_as="order-only"`` until a decision or a probe uses it). A resident no
+    estimator can predict is left out (its probe runs without a prior). ``InputError`` when the policy
+    names an estimator nothing provides."""
+    from canary.estimate import Assessment, EstimateQuery, assess, load_estimators
+    from canary.estimate.store import StoreReader, recorded_outcomes
+
+    estimators = load_estimators(req.policy.estimators)
+    reader = StoreReader(engine)
+    outcomes = recorded_outcomes(engine, reader)
+    out: dict[str, PredictionRef] = {}
+    for resident, e in zip(req.snapshot.residents, evidence, strict=True):
+        if e.outcome is not None or resident.profile is None:
+            continue
+        level = req.policy.budget_for(resident.profile.workload_class).required_confidence
+        query = EstimateQuery(candidate=req.candidate, resident=resident, spec=req.spec, regime=req.regime,
+                              residents=req.snapshot.residents, reader=reader, seed=seed)
+        found = assess(query, estimators, outcomes, confidence=level, min_outcomes=req.policy.min_calibration_outcomes,
+                       key_digest=e.key.digest() if e.key is not None else None)
+        if isinstance(found, Assessment):
+            out[resident.name] = prediction_ref(found, level)
+    return out
+
+
+def prediction_ref(a: Assessment, level: float) -> PredictionRef:
+    """The certificate's form of an assessment."""
+    est, cal = a.estimate, a.calibration
+    return PredictionRef(
+        resident=a.resident, estimator=est.estimator, key_digest=a.key_digest, lo_pct=est.lo_pct, hi_pct=est.hi_pct,
+        point_pct=est.point_pct, calibrated_interval_pct=a.calibrated_interval, calibrated=cal.calibrated,
+        confidence_level=level, coverage=cal.coverage, outcomes=cal.outcomes, calibration=cal.reason,
+        inputs=est.inputs, detail=est.detail)
+
+
+def _prior_of(prediction: PredictionRef | None) -> tuple[object | None, PriorRef | None]:
+    """The judge prior of a calibrated prediction (``SlowdownPrior``) and its certificate form; an
+    uncalibrated prediction gives none (it may order work, never shape a decision)."""
+    if prediction is None or not prediction.calibrated or prediction.calibrated_interval_pct is None:
+        return None, None
+    from statistics import NormalDist
+
+    from canary.probe.judge import SlowdownPrior
+
+    lo, hi = prediction.calibrated_interval_pct
+    level = prediction.confidence_level or 0.95
+    sd = max((hi - lo) / (2 * NormalDist().inv_cdf((1 + level) / 2)), 0.1)
+    mean = max((lo + hi) / 2, -99.0)
+    return SlowdownPrior(mean, sd), PriorRef(mean_pct=mean, sd_pct=sd, estimator=prediction.estimator, applied=False,
+                                             note=f"from {prediction.estimator}'s calibrated interval {lo:.1f}% to "
+                                                  f"{hi:.1f}% at {level:g}")
+
+
 async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal: Journal, progress: ProgressFn,
-                      seed: int, monitor_wrapper: MonitorWrapper | None = None) -> ProbeRun:
+                      seed: int, monitor_wrapper: MonitorWrapper | None = None,
+                      prediction: PredictionRef | None = None) -> tuple[ProbeRun, PredictionRef | None]:
     """One bounded probe of (``resident``, the candidate), journaled; the sim executor/monitor run on a
-    simulated device built by the sim adapters (``canary.probe.simlink``)."""
+    simulated device built by the sim adapters (``canary.probe.simlink``). A calibrated ``prediction``
+    becomes the judge's prior where the probe takes one; the prediction comes back saying so."""
+    import inspect
     import uuid
 
     from canary.probe import make_executor, make_monitor
@@ -269,6 +340,18 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
     if monitor_wrapper is not None:
         monitor = monitor_wrapper(monitor)
     slo = resident.profile.slo.latency_p99_ms if resident.profile.slo else None
+    prior, prior_ref = _prior_of(prediction)
+    extra: dict[str, object] = {}
+    if prior is not None and prior_ref is not None:
+        if "prior" in inspect.signature(run_probe).parameters:
+            extra["prior"] = prior
+            prior_ref = prior_ref.model_copy(update={"applied": True})
+        else:
+            prior_ref = prior_ref.model_copy(update={
+                "note": prior_ref.note + "; not applied: this probe's orchestrator takes no judge prior"})
+    if prediction is not None:
+        prediction = prediction.model_copy(update={"used_as": "prior" if prior_ref is not None else "order-only",
+                                                   "prior": prior_ref})
 
     result = await run_probe(
         probe_id=f"probe-{uuid.uuid4()}",
@@ -281,8 +364,9 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
         schedule_seed=seed if sim_device is not None else None,
         structure=TimeStructure.of(req.candidate, resident.profile),
+        **extra,  # type: ignore[arg-type]
     )
-    return ProbeRun(resident.name, key, result)
+    return ProbeRun(resident.name, key, result), prediction
 
 
 def _fit_budget(budget: RiskBudget, resident: WorkloadProfile) -> RiskBudget:
@@ -301,7 +385,8 @@ def _fit_budget(budget: RiskBudget, resident: WorkloadProfile) -> RiskBudget:
 
 
 def _slowdown_bound(resident: WorkloadProfile, budget_pct: float) -> float:
-    """The stricter of the policy's bound and the resident's own SLO bound."""
+    """The stricter of the policy's bound and the resident's own SLO bound (``resident_bound_pct``
+    for the class budget's bound)."""
     if resident.slo is not None and resident.slo.max_slowdown_pct is not None:
         return min(budget_pct, resident.slo.max_slowdown_pct)
     return budget_pct

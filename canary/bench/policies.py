@@ -12,8 +12,9 @@ Layers (each adds evidence to the one before):
 3. ``PlusOccupancy``: and only below an SM-occupancy (DCGM) threshold.
 4. ``PlusStaticResources``: stage 1 (``canary.hardfit.check``) decides what it can; the thresholds
    of layer 3 judge interference.
-5. ``PlusPhases``: stage 1, then a phase-aware prediction of the resident's slowdown from the
-   declared profiles replaces the average-utilisation thresholds.
+5. ``PlusPhases``: stage 1, then the analytical estimator's prediction of the resident's slowdown
+   from the declared profiles (``canary.estimate.analytical``) replaces the average-utilisation
+   thresholds.
 6. ``FullEngine``: stage 1 → evidence cache → bounded canary on the simulator (``admit_async``).
 
 Thresholds are either the operators' (``OPERATOR_UTIL_CEILING_PCT``, from the target ranges in the
@@ -25,7 +26,6 @@ the suite by the runner.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,7 +34,6 @@ from canary.bench.truth import INTERFERENCE, slowdown_bound_pct
 
 if TYPE_CHECKING:
     from canary.admission import Request
-    from canary.profile import WorkloadProfile
     from canary.snapshot import Telemetry
 
 Verdict = Literal["admit", "reject", "unknown"]
@@ -176,23 +175,20 @@ class PlusOccupancy(PlusMemory):
 
 
 def stage1_decision(view: ScenarioView) -> Decision | None:
-    """Stage 1's own decision (reject on a hard misfit, unknown when it cannot tell, admit on an
-    empty device or into a MIG instance), or ``None`` when interference is left to judge."""
-    from canary.hardfit import check
+    """Stage 1's own decision, as the engine makes it (``canary.admission.decisions.hard_fit_decision``
+    over ``hard_fit``: reject on a hard misfit, unknown when it cannot tell — or reject next to an
+    unprofiled resident where the policy says so — admit on an empty device or into a MIG instance),
+    or ``None`` when interference is left to judge. No memory booked by other admissions is counted."""
+    from canary.admission.decisions import hard_fit, hard_fit_decision
 
     req = view.request
-    hard = check(req.snapshot, req.spec, req.candidate, req.policy, req.regime)
-    lim = hard.limiting_finding
-    if hard.verdict == "no":
-        return Decision("reject", hard.limiting_resource, 0.0, 0, confidence=1.0, decided_by="hard-fit",
-                        reason=lim.detail if lim else "")
-    if hard.verdict == "unknown":
-        return Decision("unknown", hard.limiting_resource, 0.0, 0, decided_by="hard-fit",
-                        reason=lim.detail if lim else "")
-    if not req.snapshot.residents or req.regime.kind == "mig":
-        return Decision("admit", None, 0.0, 0, confidence=1.0, decided_by="hard-fit",
-                        reason="fits; nothing shares the SMs")
-    return None
+    hard = hard_fit(req)
+    settled = hard_fit_decision(req, hard)
+    if settled is None:
+        return None
+    limiting = hard.limiting_resource if settled.verdict != "admit" else None
+    return Decision(settled.verdict, limiting, 0.0, 0, confidence=settled.confidence,
+                    decided_by=settled.decided_by, reason=settled.reason)
 
 
 class PlusStaticResources(PlusOccupancy):
@@ -208,99 +204,12 @@ class PlusStaticResources(PlusOccupancy):
         return stage1_decision(view) or self.interference_decision(view)
 
 
-@dataclass(frozen=True)
-class _Load:
-    duty: float
-    dram: float
-    sm_share: float
-    seconds: float
-
-
-def _sm_share(profile: WorkloadProfile, sm_count: int) -> float:
-    """Fraction of SMs the profile's kernels cover (time-weighted), 1.0 without kernels."""
-    if not profile.kernels:
-        return 1.0
-    shares = [min(1.0, (k.grid_blocks or sm_count) / sm_count) for k in profile.kernels]
-    weights = [k.gpu_time_share if k.gpu_time_share is not None else 1.0 for k in profile.kernels]
-    return sum(s * w for s, w in zip(shares, weights, strict=True)) / sum(weights)
-
-
-def _kernel_dram(profile: WorkloadProfile) -> float | None:
-    """DRAM intensity weighted over the declared kernels' GPU time; ``None`` when no kernel says."""
-    known = [(k.gpu_time_share if k.gpu_time_share is not None else 1.0, k.dram_intensity)
-             for k in profile.kernels if k.dram_intensity is not None]
-    total = sum(w for w, _ in known)
-    if not known or total <= 0:
-        return None
-    return sum(w * d for w, d in known if d is not None) / total
-
-
-def _loads(profile: WorkloadProfile, sm_count: int) -> list[_Load] | None:
-    """The declared phases (or one steady phase); ``None`` when duty cycle or DRAM use is unknown."""
-    default_sm = _sm_share(profile, sm_count)
-    if profile.phases:
-        return [_Load(p.duty_cycle, profile.dram_intensity if profile.dram_intensity is not None else p.dram_intensity,
-                      p.sm_share if p.sm_share is not None else default_sm, p.duration_s) for p in profile.phases]
-    duty, dram = profile.effective_duty_cycle(), profile.effective_dram_intensity()
-    if dram is None:
-        dram = _kernel_dram(profile)
-    if duty is None or dram is None:
-        return None
-    return [_Load(duty, dram, default_sm, 1.0)]
-
-
-def _queue_factor(load: float) -> float:
-    """Mean latency of an M/D/1 queue in service times; ``inf`` at or beyond saturation."""
-    return math.inf if load >= 1.0 else 1.0 + load / (2.0 * (1.0 - load))
-
-
 def predicted_slowdown_pct(req: Request) -> float | None:
-    """The resident's slowdown predicted from declared phases: per busy phase, how much longer its
-    work takes while the candidate is busy (time slices, or SM oversubscription and DRAM demand
-    beyond the device under concurrent regimes), weighted by the candidate's duty cycle; serving
-    residents add the queueing that longer service times cause at the phase's load. The worst
-    phase counts for serving (a burst breaks the SLO), the busy-time average for throughput.
-    ``None`` when a resident is unprofiled or its duty cycle or DRAM use is unknown."""
-    spec, regime = req.spec, req.regime
-    if regime.kind == "mig":
-        return 0.0
-    cand = _loads(req.candidate, spec.sm_count)
-    if cand is None:
-        return None
-    c_total = sum(c.seconds for c in cand)
-    c_duty = sum(c.duty * c.seconds for c in cand) / c_total
-    c_dram = sum(c.dram * c.duty * c.seconds for c in cand) / max(1e-9, c_duty * c_total)
-    c_sm = max(c.sm_share for c in cand)
-    if regime.kind == "mps" and regime.mps_pct is not None:
-        c_sm = min(c_sm, regime.mps_pct / 100)
-    if regime.kind == "green" and regime.green_sms is not None:
-        c_sm = min(c_sm, regime.green_sms / spec.sm_count)
-    worst = 0.0
-    for resident in req.snapshot.residents:
-        weighted, busy_total = 0.0, 0.0
-        if resident.profile is None:
-            return None
-        loads = _loads(resident.profile, spec.sm_count)
-        if loads is None:
-            return None
-        serving = resident.profile.workload_class == "online-inference"
-        for p in loads:
-            if p.duty <= 0:
-                continue
-            if regime.kind == "timeslice":
-                stretch = 1.0 + c_duty
-            else:
-                sm = max(1.0, p.sm_share + c_sm)
-                dram = max(1.0, p.dram + c_dram)
-                stretch = 1.0 + c_duty * ((1.0 - p.dram) * sm + p.dram * dram - 1.0)
-            ratio = stretch * _queue_factor(p.duty * stretch) / _queue_factor(p.duty) if serving else stretch
-            slowdown = (ratio - 1.0) * 100.0
-            worst = max(worst, slowdown)
-            weighted += slowdown * p.duty * p.seconds
-            busy_total += p.duty * p.seconds
-        if not serving and busy_total > 0:
-            worst = max(worst, weighted / busy_total)
-    return worst
+    """The analytical estimator's prediction (``canary.estimate.analytical``) for the worst resident:
+    ``None`` when a resident is unprofiled or a profile leaves duty cycle or DRAM use unknown."""
+    from canary.estimate.analytical import predicted_slowdown_pct as predict
+
+    return predict(req.candidate, [r.profile for r in req.snapshot.residents], req.spec, req.regime)
 
 
 class PlusPhases:
