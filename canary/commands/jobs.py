@@ -85,7 +85,7 @@ def _print_report(report: Any, *, drift: bool) -> None:
     for p in report.pairs:  # why a pair failed, or what an earlier node of the run recorded
         if p.status in ("error", "done-in-run", "failed-in-run"):
             sys.stdout.write(f"{p.index + 1}: {p.status}: {p.detail}\n")
-    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "queued", "fresh", "does-not-fit", "unknown-fit",
+    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "predicted", "queued", "fresh", "does-not-fit", "unknown-fit",
                                                            "done-in-run", "failed-in-run", "skipped-budget", "error")
                        if report.count(s)) or "no pairs"
     sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"

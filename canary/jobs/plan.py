@@ -12,6 +12,11 @@
         regime: null      # as `--regime`; null follows the device
         policy: null      # a policy name from policies/ (as `--policy NAME`)
 
+Pairs are probed in order of value of information, not in plan order: a pair whose predicted
+slowdown interval straddles its resident's bound first, a pair no estimator can predict with them,
+then pairs predicted clear of the bound, the nearer first (``probe_order``; docs/estimators.md).
+A job that runs out of budget has then spent it where a probe tells most.
+
 A plan is data (docs/security.md): it names a policy from the operator's ``policies/`` folder, never
 a policy file of its own, since a policy decides what a probe may contact and run.
 """
@@ -19,6 +24,7 @@ a policy file of its own, since a policy decides what a probe may contact and ru
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -68,3 +74,9 @@ def load_plan(path: str | Path) -> WarmPlan:
         for p in plan.pairs
     )
     return plan.model_copy(update={"pairs": pairs})
+
+
+def probe_order(values: Sequence[float]) -> list[int]:
+    """Plan indices ordered by value of information (``canary.estimate.value_of_information`` of
+    each pair), highest first; equal values keep plan order."""
+    return sorted(range(len(values)), key=lambda i: (-values[i], i))

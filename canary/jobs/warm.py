@@ -1,7 +1,8 @@
 """``canary warm PLAN`` and ``canary revalidate --driver V``.
 
 Warm: for every planned pair that fits and lacks fresh evidence, run a bounded probe and record the
-result (no reservation, no certificate). The whole job runs inside one global time budget; pairs
+result (no reservation, no certificate). Pairs start in order of value of information
+(``canary.jobs.plan.probe_order``): predicted intervals that straddle the bound first. The whole job runs inside one global time budget; pairs
 with fresh evidence are skipped, so a job that ran out of budget resumes where it stopped when run
 again. Probes run through an ``anyio.CapacityLimiter`` (the plan's ``concurrency``).
 
@@ -11,6 +12,7 @@ are probed again under the new driver, and a drift report puts old and new slowd
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -21,9 +23,10 @@ from typing import Any, Literal
 
 from canary.admission import Request, admit_async, load_request, open_store_for_writing
 from canary.errors import CanaryError
-from canary.jobs.plan import PlannedPair, WarmPlan
+from canary.jobs.plan import PlannedPair, WarmPlan, probe_order
 
 PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error",
+                     "predicted",  # decided by a calibrated prediction the pair's policy trusts; no probe
                      "queued",  # handed to the node agent that owns the device (warm --from-history)
                      "done-in-run", "failed-in-run"]  # fleet: finished earlier in the run (another node or run)
 
@@ -108,6 +111,9 @@ async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, dr
     if cert.decided_by == "cache":
         return PairOutcome(index, label, "fresh", "fresh evidence already covers every resident",
                            outcome=cert.verdict)
+    if cert.decided_by == "predicted":
+        return PairOutcome(index, label, "predicted", cert.reason, outcome=cert.verdict,
+                           interval_pct=cert.predicted_slowdown_range)
     return PairOutcome(index, label, "fresh", cert.reason, outcome=cert.verdict)
 
 
@@ -232,10 +238,11 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
             if progress is not None:
                 progress(outcome, len(plan.pairs))
 
+    order = probe_order([pair_value(pair, engine) for pair in plan.pairs])
     with anyio.move_on_after(plan.budget_s) as scope:
         async with anyio.create_task_group() as tg:
-            for i, pair in enumerate(plan.pairs):
-                tg.start_soon(run, i, pair)
+            for i in order:
+                tg.start_soon(run, i, plan.pairs[i])
     for i, pair in enumerate(plan.pairs):
         if i not in results:
             why = "cancelled when the job's time budget ran out" if scope.cancelled_caught else "not run"
@@ -243,6 +250,39 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
     report.pairs = [results[i] for i in sorted(results)]
     report.wall_s = time.monotonic() - started
     return report
+
+
+#: Estimators that order a plan whose policy consults none (ordering never decides anything).
+ORDERING_ESTIMATORS = ("transfer", "analytical")
+
+
+def pair_value(pair: PlannedPair, engine: Any) -> float:
+    """The value of information of probing ``pair`` now: the largest over its residents without usable
+    evidence of ``canary.estimate.value_of_information`` (calibrated interval where there is one, else
+    the raw one; 1 where nothing predicts it). The policy's estimators predict, or
+    ``ORDERING_ESTIMATORS`` when it names none. A pair that cannot be loaded or predicted ranks first,
+    so its error or its probe comes early."""
+    from canary.admission.decisions import resident_bound_pct
+    from canary.admission.flow import predict_pairs
+    from canary.admission.store import EvidenceAccess
+    from canary.estimate import value_of_information
+
+    try:
+        req = load_pair(pair)
+        if not req.policy.estimators:
+            req = dataclasses.replace(req, policy=req.policy.model_copy(update={"estimators": ORDERING_ESTIMATORS}))
+        evidence = [EvidenceAccess.over(engine).lookup(req, r, _utcnow()) for r in req.snapshot.residents]
+        predictions = predict_pairs(req, engine, evidence)
+    except CanaryError:
+        return 1.0
+    values = []
+    for resident, e in zip(req.snapshot.residents, evidence, strict=True):
+        if e.outcome is not None or resident.profile is None:
+            continue
+        p = predictions.get(resident.name)
+        interval = None if p is None else (p.calibrated_interval_pct or (p.lo_pct, p.hi_pct))
+        values.append(value_of_information(interval, resident_bound_pct(req, resident.profile)))
+    return max(values, default=0.0)
 
 
 def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, driver: str) -> None:
