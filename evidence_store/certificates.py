@@ -1,5 +1,9 @@
 """Certificates in the store: each stored with its digest and linked to the evidence behind it.
 
+A certificate is stored as its model's ``model_dump(mode="json")`` (``certificate_document``): the JSON
+value the model writes, held as it is; its digest is the sha256 of that value's canonical text (sorted
+keys, no whitespace), so a certificate's digest does not depend on how it reached the store.
+
 Functions take the caller's ``Session`` and never commit; none reads the clock.
 """
 
@@ -8,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -19,22 +25,37 @@ from evidence_store.models import Certificate, CertificateEvidence, Evidence
 from evidence_store.schemas import CertificateOut, to_utc
 
 
+def certificate_document(certificate: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON value a certificate is stored as: a model's ``model_dump(mode="json")``; a mapping (a
+    certificate already in its JSON form) as it is."""
+    return certificate.model_dump(mode="json") if isinstance(certificate, BaseModel) else dict(certificate)
+
+
+def certificate_digest(document: Mapping[str, Any]) -> str:
+    """sha256 hex of the canonical text of a certificate's JSON value (sorted keys, no whitespace);
+    ``InputError`` when the value is not plain JSON (a NaN, an object JSON cannot hold)."""
+    try:
+        canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise InputError(f"certificate is not plain JSON: {err}", field="certificate_json") from err
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def record_certificate(
     session: Session,
-    certificate_json: dict[str, Any],
+    certificate: BaseModel | Mapping[str, Any],
     evidence_ids: list[str],
     *,
     recorded_at: datetime | None = None,
 ) -> str:
-    """Store a certificate and link it to the evidence behind it; returns the certificate id.
+    """Store a certificate (a ``canary.certificate.Certificate``, or its JSON value) and link it to the
+    evidence behind it; returns the certificate id.
 
     Every evidence id must exist (``InputError`` naming the missing ones). ``recorded_at`` is stored as
     given (``None``: not known to the store; the certificate's own fields carry its times).
     """
-    try:
-        canonical = json.dumps(certificate_json, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as err:
-        raise InputError(f"certificate is not plain JSON: {err}", field="certificate_json") from err
+    document = certificate_document(certificate)
+    digest = certificate_digest(document)
     unique_ids = list(dict.fromkeys(evidence_ids))
     if unique_ids:
         found = set(session.scalars(select(Evidence.id).where(Evidence.id.in_(unique_ids))))
@@ -45,8 +66,8 @@ def record_certificate(
     session.add(
         Certificate(
             id=certificate_id,
-            digest=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
-            certificate_json=json.loads(canonical),
+            digest=digest,
+            certificate_json=document,
             recorded_at=to_utc(recorded_at) if recorded_at is not None else None,
         )
     )

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import exc, func, select
 from sqlalchemy.orm import Session
 
+from canary._model import PairKey
 from canary.errors import InputError
+from evidence_store.certificates import certificate_document
 from evidence_store.errors import LeaseLost
-from evidence_store.keys import PairKey
 from evidence_store.schemas import to_utc
 from evidence_store.serve_models import ServeProbe
 
@@ -240,15 +242,18 @@ def finish(
     owner: str,
     state: str,
     now: datetime,
-    certificate_json: dict[str, Any] | None = None,
+    certificate_json: BaseModel | Mapping[str, Any] | None = None,
     error: str | None = None,
 ) -> ProbeTicket:
-    """Close a running probe: its pair and device become free. ``LeaseLost`` when no longer ours."""
+    """Close a running probe: its pair and device become free. ``LeaseLost`` when no longer ours.
+    ``certificate_json``: the certificate (a model, kept as its ``model_dump(mode="json")``, or that
+    JSON value itself)."""
     if state not in TERMINAL_STATES:
         raise InputError(f"not a final state: {state!r}", field="state")
     now = to_utc(now)
     row = _owned_running(session, probe_id, owner)
-    _close(row, state, now, certificate_json=certificate_json, error=error)
+    _close(row, state, now, error=error,
+           certificate_json=None if certificate_json is None else certificate_document(certificate_json))
     session.flush()
     return _ticket(row)
 

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
+from canary._model import PairKey
+from canary.certificate import Certificate
 from canary.errors import InputError
-from evidence_store.certificates import get_certificate, record_certificate
+from evidence_store.certificates import certificate_digest, get_certificate, record_certificate
 from evidence_store.engine import session_scope
 from evidence_store.errors import LeaseLost, ReservationConflict
 from evidence_store.evidence import (
@@ -29,11 +33,12 @@ from evidence_store.journal import (
     journal_start,
     journal_update,
 )
-from evidence_store.keys import PairKey
 from evidence_store.lookup import lookup
+from evidence_store.models import Certificate as CertificateRow
 from evidence_store.reservations import active_reservations, release, reserve, reserved_bytes
 from evidence_store.schemas import EvidenceIn, EvidenceOut
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence
+from tests.support.paths import EXAMPLES
 
 GIB = 2**30
 HOUR = timedelta(hours=1)
@@ -295,6 +300,34 @@ def test_certificates_link_to_existing_evidence(engine: Engine) -> None:
         record_certificate(session, cert, ["nope"])
     with session_scope(engine) as session, pytest.raises(InputError, match="not plain JSON"):
         record_certificate(session, {"when": datetime.now(UTC)}, [])
+
+
+def _admission_certificate() -> Certificate:
+    """A certificate as an admission makes it (a real request, stage 1, ``make_certificate``)."""
+    from canary.admission import load_request
+    from canary.admission.decisions import Decision, hard_fit, make_certificate
+
+    req = load_request(str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml"),
+                       str(EXAMPLES / "profiles" / "embedding-service.yaml"))
+    return make_certificate(req, hard_fit(req), Decision("admit", "fits", "hard-fit", confidence=1.0), NOW)
+
+
+def test_a_certificate_is_stored_as_its_model_dump_and_reads_back(engine: Engine) -> None:
+    cert = _admission_certificate()
+    # The form certificates were stored in before (indented JSON text read back, then canonical text read
+    # back): a row written that way keeps its digest and reads as the same certificate.
+    before = json.loads(json.dumps(json.loads(cert.to_json()), sort_keys=True, separators=(",", ":")))
+    old_digest = hashlib.sha256(json.dumps(before, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    with session_scope(engine) as session:
+        session.add(CertificateRow(id="stored-before", digest=old_digest, certificate_json=before, recorded_at=NOW))
+        cert_id = record_certificate(session, cert, [], recorded_at=NOW)
+    with session_scope(engine, read_only=True) as session:
+        new, old = get_certificate(session, cert_id), get_certificate(session, "stored-before")
+    assert new is not None and old is not None
+    assert new.certificate_json == cert.model_dump(mode="json") == old.certificate_json
+    assert new.digest == old.digest == certificate_digest(old.certificate_json)
+    for stored in (new, old):
+        assert Certificate.model_validate_json(json.dumps(stored.certificate_json)) == cert
 
 
 # --- probe journal --------------------------------------------------------------------------------
