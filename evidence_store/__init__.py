@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from canary._model import PairKey
     from evidence_store.certificates import get_certificate, record_certificate
     from evidence_store.engine import (
         RetryPolicy,
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
         journal_start,
         journal_update,
     )
-    from evidence_store.keys import PairKey
     from evidence_store.location import default_db_url
     from evidence_store.lookup import lookup
     from evidence_store.reservations import active_reservations, release, reserve, reserved_bytes
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
-    "PairKey": "evidence_store.keys",
+    "PairKey": "canary._model",
     "CertificateOut": "evidence_store.schemas",
     "EvidenceIn": "evidence_store.schemas",
     "EvidenceOut": "evidence_store.schemas",

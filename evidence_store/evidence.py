@@ -16,8 +16,8 @@ from sqlalchemy.engine import CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from canary._model import PairKey
 from canary.errors import InputError
-from evidence_store.keys import PairKey
 from evidence_store.models import Evidence
 from evidence_store.schemas import STATUSES, EvidenceIn, EvidenceOut, Status, to_utc
 

@@ -16,10 +16,10 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from canary._model import PairKey
 from canary.errors import InputError, ProbeError
 from evidence_store.engine import session_scope
 from evidence_store.errors import LeaseLost
-from evidence_store.keys import PairKey
 from evidence_store.leases import lease_until
 from evidence_store.models import ProbeJournal
 from evidence_store.schemas import PROBE_STATES, ProbeRow, ProbeState, to_utc

@@ -18,9 +18,9 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from canary._model import PairKey
 from canary.errors import InputError
 from evidence_store.conditions import active_booking, usable_evidence
-from evidence_store.keys import PairKey
 from evidence_store.models import Evidence, Reservation
 from evidence_store.pooling import Record, pool
 from evidence_store.schemas import LookupResult, to_utc

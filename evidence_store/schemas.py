@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from evidence_store.keys import PairKey
+from canary._model import PairKey
 
 Source = Literal["canary", "production", "import"]
 Outcome = Literal["safe", "unsafe", "inconclusive", "aborted"]

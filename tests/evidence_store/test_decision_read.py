@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from canary._model import PairKey
 from evidence_store.engine import session_scope
 from evidence_store.evidence import record_evidence
-from evidence_store.keys import PairKey
 from evidence_store.lookup import decision_read, key_digest, lookup, pool_candidates
 from evidence_store.reservations import release, reserve, reserved_bytes
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from canary._model import PairKey
 from evidence_store.certificates import record_certificate
 from evidence_store.engine import make_engine, session_scope
 from evidence_store.evidence import record_evidence
-from evidence_store.keys import PairKey
 from tests.evidence_store.evidence_store_testkit import T0, evidence
 from tests.support.cli import run_in_process
 from tests.support.paths import EXAMPLES, canary_cmd, cli_env

@@ -1,4 +1,6 @@
-"""PairKey: canonical form, stable digest, validation; and the light-import promise of ``gpu-fit``."""
+"""PairKey: canonical form, stable digest, validation; and the light-import promise of ``gpu-fit``.
+
+The key lives in the models (``canary._model``); ``evidence_store.keys`` re-exports it."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ import sys
 
 import pytest
 
+from canary._model import KEY_FIELDS, PairKey
 from canary.errors import InputError
-from evidence_store.keys import KEY_FIELDS, PairKey
 
 PARTS = {
     "resident_version": "llama-serve:1.4.2",
@@ -74,6 +76,14 @@ def test_bad_keys_name_the_field(data: dict[str, object], field: str, problem: s
     assert info.value.field == field
     assert problem in str(info.value)
     assert "plan.yaml" in str(info.value)
+
+
+def test_the_store_names_the_models_key() -> None:
+    import evidence_store
+    import evidence_store.keys
+
+    assert evidence_store.keys.PairKey is PairKey is evidence_store.PairKey
+    assert evidence_store.keys.KEY_FIELDS is KEY_FIELDS
 
 
 def test_importing_keys_and_package_does_not_import_sqlalchemy() -> None:
