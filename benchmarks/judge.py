@@ -24,14 +24,15 @@ Methods, all fed the same windows and the same per-pair contrast
   guard (an on-window of ≥ 10 requests > 45% slower than the slowest off-window of the earlier pairs
   and the baseline → unsafe at once, before the judge sees that pair), no SLO rule, no attribution;
 - **sequential+guard+slo**: the judge, the guard and the SLO rule as the orchestrator drives them now
-  (``_Run.guard`` / ``_Run.attribute``): an on-window whose resident p99 is over the SLO, or (else)
-  the guard's, stops the candidate; :func:`canary.probe.attribution.attribute` itself tests it against
-  the resident's own windows, measuring fresh windows of the resident alone (the family without the
-  candidate, its factor process continuing in time, ``WINDOW_S`` each) while they could still make it
-  attributable within a quarter of the time left, at level α / (MAX_PAUSES + 1) per pause;
-  attributed → *unsafe* (rule slo / guard), else the probe resumes with every later window moved by
-  the time measured (the pair kept for the judge, the horizon shorter); a trigger after MAX_PAUSES
-  pauses, or too little time to resume, ends it with the judge's last word (a *safe* turned
+  (``_Run.breach`` / ``tally`` / ``settle``): an on-window whose resident p99 is over the SLO, or (else)
+  the guard's, ends the candidate's load; when its pair is complete every pair so far has been tallied
+  per rule against thresholds fixed before it, and :func:`canary.probe.attribution.attribute` tests
+  whether the pairs where only the window with the candidate was over outweigh those where only the
+  resident's own was (a test martingale over the whole probe, level α); attributed → *unsafe* (rule
+  slo / guard; an SLO breach with the slowdown estimate within the bound is *no headroom*: the
+  resident's state, inconclusive), else the probe resumes; a breach once some rule has seen more than
+  MAX_EXCESS pairs over only with the candidate than only without ends it with the judge's
+  last word (a *safe* turned
   inconclusive). A baseline over the SLO is *not now* (the candidate never runs; counted
   inconclusive). The SLO is per family: the 90th percentile of the resident-alone window p99
   (:func:`resident_slo`, from independent draws) — a resident near its SLO, which it breaches alone in
@@ -53,7 +54,7 @@ false admits ≤ α + 2 SE in every family; median exposure per decided trial �
 fixed-horizon test on the clear and moderate families; inconclusive ≤ 5% and false rejects ≤ 5% on the
 clear cases. Issue 20, for ``sequential+guard+slo``: false admits ≤ α + 2 SE in every family, false rejects
 ≤ 5% where the truth is at most half the bound; the table beside it splits false rejects by rule
-(judge / guard / slo) and gives not-now, pauses and the resident-alone windows measured to attribute.
+(judge / guard / slo) and gives not-now and pauses.
 """
 
 from __future__ import annotations
@@ -75,14 +76,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from canary.probe.attribution import ATTRIBUTION_SHARE, RESUME_WINDOWS, attribute  # noqa: E402
+from canary.probe.attribution import BET, MAX_EXCESS, ExceedanceTally, attribute, excess  # noqa: E402
 from canary.probe.judge import (  # noqa: E402
     JudgeSettings,
     pair_contrasts,
     pair_schedule,
     sequential_paths,
 )
-from canary.probe.orchestrator import MAX_PAUSES  # noqa: E402
 from canary.quantiles import quantile  # noqa: E402
 
 BOUND_PCT = 15.0
@@ -166,26 +166,6 @@ def families() -> list[Family]:
 
 
 @dataclass
-class Timeline:
-    """What re-times a probe's windows after a pause (the resident alone measured meanwhile moves
-    every later window that long): the windows' draws before the resident factor, the slowdowns, the
-    windows' times, and the factor process's per-trial phase and step time."""
-
-    family: Family
-    on_unit: np.ndarray  # (T, N) window mean / p99 of the latency law alone
-    off_unit: np.ndarray
-    on_unit_p99: np.ndarray
-    off_unit_p99: np.ndarray
-    slow: np.ndarray  # (T, N) the on-window's slowdown s
-    on_start: np.ndarray  # (T, N) s from the probe's start
-    off_start: np.ndarray
-    duration: np.ndarray  # (T, N) both windows of a pair
-    phase: np.ndarray  # (T,)
-    step_at: np.ndarray  # (T,)
-    time_budget: np.ndarray  # (T,) s: the baseline and the horizon's pairs, end to end
-
-
-@dataclass
 class Windows:
     off: np.ndarray  # (T, N) window means, NaN when empty
     on: np.ndarray
@@ -198,8 +178,7 @@ class Windows:
     off_p99: np.ndarray | None = None  # (T, N) nearest-rank p99 per window, from the same draws
     on_p99: np.ndarray | None = None
     baseline_p99: np.ndarray | None = None  # (T,)
-    timeline: Timeline | None = None
-    stream: tuple[int, ...] = ()  # the family's random stream, for windows measured later
+    stream: tuple[int, ...] = ()  # the family's random stream
     slo: float | None = None  # the resident's p99 SLO (ms), :func:`resident_slo`
 
 
@@ -303,13 +282,11 @@ def generate(fam: Family, trials: int, horizon: int, seed: int, family_index: in
     off_unit, off_unit_p99 = _window_means(rng, fam.latency, off_n)
     base_unit, base_unit_p99 = _window_means(rng, fam.latency, base_n)
     exposure = rng.poisson(CANDIDATE_RPS * duration)
-    timeline = Timeline(fam, on_unit, off_unit, on_unit_p99, off_unit_p99, slow, on_start, off_start, duration,
-                        phase, step_at, total)
     return Windows(
         off_unit * off_factor, on_unit * on_factor * (1.0 + slow), off_n, on_n, off_first,
         base_unit * base_factor, base_n, exposure,
         off_p99=off_unit_p99 * off_factor, on_p99=on_unit_p99 * on_factor * (1.0 + slow),
-        baseline_p99=base_unit_p99 * base_factor, timeline=timeline, stream=(seed, family_index, stream),
+        baseline_p99=base_unit_p99 * base_factor, stream=(seed, family_index, stream),
     )
 
 
@@ -339,8 +316,7 @@ class Outcome:
     label: np.ndarray  # (T,) 1 safe, -1 unsafe, 0 inconclusive
     pairs_used: np.ndarray  # (T,) pairs consumed until the verdict (horizon when inconclusive)
     rule: np.ndarray | None = None  # (T,) str: judge / guard / futility / budget (+ slo, *-end, not-now)
-    pauses: np.ndarray | None = None  # (T,) SLO / guard pauses not attributed (and the last, attributed or not)
-    fresh_windows: np.ndarray | None = None  # (T,) windows of the resident alone measured to attribute
+    pauses: np.ndarray | None = None  # (T,) SLO / guard breaches settled (the last attributed or not)
 
 
 def _first_true(mask: np.ndarray) -> np.ndarray:
@@ -434,73 +410,21 @@ def _triggers(on: np.ndarray, on_p99: np.ndarray, on_n: np.ndarray, off: np.ndar
 
 @dataclass
 class _Row:
-    """One probe's windows on its current timeline (re-timed after every pause that measured)."""
+    """One probe's windows: statistics, p99s, the rules' triggers and the judge's path by pair."""
 
     off: np.ndarray  # (N,)
     on: np.ndarray
     off_p99: np.ndarray
     on_p99: np.ndarray
-    fits_pair: np.ndarray  # (N,) bool: the pair ends within the time budget
-    fits_on: np.ndarray  # the on-window ends within it
     slo_fire: np.ndarray
     guard_fire: np.ndarray
     path: _Path
 
 
-def _retimed(w: Windows, t: int, shift_on: np.ndarray, shift_off: np.ndarray, slo: float,
-             settings: JudgeSettings) -> _Row:
-    tl = w.timeline
-    assert tl is not None
-    fam = tl.family
-    rows = slice(t, t + 1)
-    d = tl.duration[rows]
-    on_f = _resident_factor(fam, tl.on_start[rows] + shift_on, tl.on_start[rows] + shift_on + d, tl.phase[rows], tl.step_at[rows])
-    off_f = _resident_factor(fam, tl.off_start[rows] + shift_off, tl.off_start[rows] + shift_off + d, tl.phase[rows],
-                             tl.step_at[rows])
-    gain = on_f * (1.0 + tl.slow[rows])
-    on, on_p99 = tl.on_unit[rows] * gain, tl.on_unit_p99[rows] * gain
-    off, off_p99 = tl.off_unit[rows] * off_f, tl.off_unit_p99[rows] * off_f
-    budget = tl.time_budget[t] + 1e-9
-    fits_on = (tl.on_start[rows] + shift_on + d <= budget)[0]
-    fits_pair = fits_on & (tl.off_start[rows] + shift_off + d <= budget)[0]
-    horizon = int(fits_pair.sum())  # pairs are measured in order, so the fitting ones are a prefix
-    n = w.off.shape[1]
-    valid = (w.off_n[rows] >= settings.min_samples_per_window) & (w.on_n[rows] >= settings.min_samples_per_window)
-    valid &= fits_pair[None, :]
-    base = np.where(w.baseline_n[rows] >= settings.min_samples_per_window, w.baseline[rows], np.nan)
-    left = np.maximum(horizon - 1 - np.arange(n), 0)[None, :].astype(np.int64)
-    path = _judge_by_pair(off, on, valid, base, left, settings)
-    slo_fire, guard_fire = _triggers(on, on_p99, w.on_n[rows], off, w.off_n[rows], w.baseline[rows],
-                                     w.baseline_n[rows], slo, settings)
-    return _Row(off[0], on[0], off_p99[0], on_p99[0], fits_pair, fits_on, slo_fire[0] & fits_on, guard_fire[0] & fits_on,
-                _Path(path.safe[0], path.unsafe[0], path.futile[0]))
-
-
-def _first_at_or_after(mask: np.ndarray, start: int) -> int:
-    hits = np.flatnonzero(mask[start:])
-    return int(hits[0]) + start if hits.size else -1
-
-
-def _fresh_window(rng: np.random.Generator, w: Windows, t: int, start_s: float, use_p99: bool,
-                  settings: JudgeSettings) -> float | None:
-    """One window of the resident alone (no candidate) of ``WINDOW_S`` from ``start_s``: its statistic
-    (window mean, or p99 for the SLO rule), ``None`` without enough requests."""
-    tl = w.timeline
-    assert tl is not None
-    fam = tl.family
-    k = np.array([rng.poisson(fam.rps * WINDOW_S)])
-    mean, p99 = _window_means(rng, fam.latency, k)
-    if k[0] < settings.min_samples_per_window:
-        return None
-    factor = _resident_factor(fam, np.array([[start_s]]), np.array([[start_s + WINDOW_S]]), tl.phase[t : t + 1],
-                              tl.step_at[t : t + 1])[0, 0]
-    return float((p99 if use_p99 else mean)[0] * factor)
-
-
 def sequential_guarded(w: Windows, settings: JudgeSettings) -> Outcome:
-    """The judge, the slowdown guard and the SLO rule with attribution, as ``_Run.body``/``guard``/``attribute``
-    drive them: see :func:`run_guarded_trial`. Vectorised where no rule fired; a loop over the
-    probes where one did."""
+    """The judge, the slowdown guard and the SLO rule with attribution, as the orchestrator's probe loop,
+    ``breach``, ``tally`` and ``settle`` drive them: see :func:`run_guarded_trial`. Vectorised where no
+    rule fired; a loop over the probes where one did."""
     trials, horizon = w.off.shape
     assert w.on_p99 is not None and w.off_p99 is not None and w.baseline_p99 is not None and w.slo is not None
     slo = w.slo
@@ -519,113 +443,60 @@ def sequential_guarded(w: Windows, settings: JudgeSettings) -> Outcome:
     rule = np.where(jp >= horizon, "budget", np.where(path.futile[rows, jj] & (label == 0), "futility", "judge")).astype(object)
     used = np.minimum(jp + 1, horizon)
     pauses = np.zeros(trials, dtype=np.int64)
-    fresh = np.zeros(trials, dtype=np.int64)
     # The baseline breaches the SLO: "not now", the candidate never runs (no exposure, no verdict).
     base_ok = w.baseline_n >= settings.min_samples_per_window
     not_now = base_ok & (w.baseline_p99 > slo)
     label[not_now], rule[not_now], used[not_now] = 0, "not-now", 0
-    rng = np.random.default_rng([*w.stream, 12])
-    everything = np.ones(horizon, dtype=bool)
     for t in np.flatnonzero(~not_now & (g < horizon) & (g <= jp)):
-        row = _Row(w.off[t], w.on[t], w.off_p99[t], w.on_p99[t], everything, everything, slo_fire[t], guard_fire[t],
+        row = _Row(w.off[t], w.on[t], w.off_p99[t], w.on_p99[t], slo_fire[t], guard_fire[t],
                    _Path(path.safe[t], path.unsafe[t], path.futile[t]))
-        label[t], rule[t], used[t], pauses[t], fresh[t] = run_guarded_trial(w, int(t), row, slo, settings, rng)
-    return Outcome(label, used, rule.astype(str), pauses=pauses, fresh_windows=fresh)
+        label[t], rule[t], used[t], pauses[t] = run_guarded_trial(w, int(t), row, slo, settings)
+    return Outcome(label, used, rule.astype(str), pauses=pauses)
 
 
-def run_guarded_trial(w: Windows, t: int, row: _Row, slo: float, settings: JudgeSettings,
-                      rng: np.random.Generator) -> tuple[int, str, int, int, int]:
+def run_guarded_trial(w: Windows, t: int, row: _Row, slo: float, settings: JudgeSettings) -> tuple[int, str, int, int]:
     """One probe in which the SLO rule or the guard fires before the judge decides, driven as the
-    orchestrator drives it: at each firing on-window (the judge has not decided on the earlier pairs)
-    the candidate stops and the window is tested by :func:`canary.probe.attribution.attribute` against
-    the resident's own windows (the baseline and the off-windows of the earlier pairs — the current
-    pair's off-window joins them only when its pair is complete), measuring fresh windows of the
-    resident alone of ``WINDOW_S`` each while the test says they could still make it attributable and
-    :data:`ATTRIBUTION_SHARE` of the time left allows; level ``alpha / (MAX_PAUSES + 1)`` per pause.
-    Attributed: *unsafe* (rule slo / guard). Not: the probe resumes — every later window moves by the
-    time measured, the pair is kept for the judge, the judge's horizon shrinks — unless fewer than
-    :data:`RESUME_WINDOWS` windows are left or this was pause ``MAX_PAUSES + 1``: then the judge's final
-    word on the pairs so far (the current pair counted when its off-window came first), a *safe* turned
-    inconclusive (rule slo-end / guard-end). Fresh windows count only in their own pause, as in
-    ``_Run.attribute``. Returns (label, rule, pairs used, pauses, fresh windows measured)."""
-    tl = w.timeline
-    assert tl is not None and w.on_p99 is not None and w.baseline_p99 is not None
+    orchestrator drives it: every complete pair is tallied per rule against thresholds fixed before the
+    pair (the SLO on window p99s; the guard's bound over the slowest off-window of the earlier pairs and
+    the baseline, on window means), both windows with data (the guard: ``GUARD_MIN_SAMPLES`` requests
+    each). When an on-window fired, its pair complete and tallied, the breach is tested by
+    :func:`canary.probe.attribution.attribute` (both rules in force, level α over the whole probe):
+    attributed → *unsafe* (rule slo / guard); else the probe resumes — unless this was breach
+    once some rule's pairs over only with the candidate outnumber those over only without by more than
+    ``MAX_EXCESS``: then the judge's word on the pairs so far, a *safe* turned inconclusive (rule
+    slo-end / guard-end). Returns (label, rule, pairs used, pauses)."""
     horizon = w.off.shape[1]
     mins = settings.min_samples_per_window
-    shift_on = np.zeros((1, horizon))
-    shift_off = np.zeros((1, horizon))
-    base_ok = bool(w.baseline_n[t] >= mins)
-    base_stat, base_p99 = float(w.baseline[t]), float(w.baseline_p99[t])
-    on_ok = w.on_n[t] >= mins
-    off_ok = w.off_n[t] >= mins
-    level = settings.alpha / (MAX_PAUSES + 1)
-    shift = 0.0
-    pauses = measured_total = 0
-    start = 0
-    while True:
-        fits = int(row.fits_pair.sum())
-        trig = row.slo_fire | row.guard_fire
-        i = _first_at_or_after(trig, start)
-        event = row.path.safe | row.path.unsafe | row.path.futile
-        j = _first_at_or_after(event[:fits], start)
-        if i < 0 or (0 <= j < i):
-            if j < 0:
-                return 0, "budget", fits, pauses, measured_total
-            if row.path.unsafe[j]:
-                return -1, "judge", j + 1, pauses, measured_total
-            if row.path.safe[j]:
-                return 1, "judge", j + 1, pauses, measured_total
-            return 0, "futility", j + 1, pauses, measured_total
-        pauses += 1
-        use_p99 = bool(row.slo_fire[i])
-        kind = "slo" if use_p99 else "guard"
-        ons = row.on_p99 if use_p99 else row.on
-        offs = row.off_p99 if use_p99 else row.off
-        on_values = [float(v) for v in ons[:i][on_ok[:i]]] + [float(ons[i])]
-        off_values = ([base_p99 if use_p99 else base_stat] if base_ok else []) + [float(v) for v in offs[:i][off_ok[:i]]]
-        if use_p99:
-            threshold = slo
-        else:
-            reference = max(off_values)
-            threshold = reference * (1.0 + GUARD_PCT / 100.0)
-        now = float(tl.on_start[t, i] + tl.duration[t, i]) + shift
-        budget = float(tl.time_budget[t])
-        allowed = int(ATTRIBUTION_SHARE * (budget - now) // WINDOW_S)
-        measured = 0
-        while True:
-            verdict = attribute(on_values, off_values, threshold, level=level, more_windows_allowed=allowed - measured)
-            if verdict.attributed or not verdict.worth_measuring:
-                break
-            value = _fresh_window(rng, w, t, now + measured * WINDOW_S, use_p99, settings)
-            measured += 1
-            if value is not None:
-                off_values.append(value)
-        measured_total += measured
-        now += measured * WINDOW_S
-        if verdict.attributed:
-            return -1, kind, i + 1, pauses, measured_total
-        resumable = (budget - now) // WINDOW_S >= RESUME_WINDOWS
-        if pauses > MAX_PAUSES or not resumable:
-            # The judge on the pairs so far, budget exhausted: it had not decided before this pair, so
-            # only the current pair (complete when its off-window came first) can make it *unsafe*.
-            unsafe = bool(w.off_first[t, i] and row.path.unsafe[i])
-            return (-1 if unsafe else 0), f"{kind}-end", i + 1, pauses, measured_total
-        if measured:
-            shift += measured * WINDOW_S
-            later = np.arange(horizon) > i
-            shift_on[0, later] = shift
-            shift_off[0, later | ((np.arange(horizon) == i) & ~w.off_first[t])] = shift
-            row = _retimed(w, t, shift_on, shift_off, slo, settings)
-        # The judge runs after pair i (with the budget's pairs left now); the rules only on later on-windows.
-        event = row.path.safe | row.path.unsafe | row.path.futile
-        j = _first_at_or_after(event[: int(row.fits_pair.sum())], i)
-        if j == i:
-            if row.path.unsafe[j]:
-                return -1, "judge", j + 1, pauses, measured_total
-            if row.path.safe[j]:
-                return 1, "judge", j + 1, pauses, measured_total
-            return 0, "futility", j + 1, pauses, measured_total
-        start = i + 1
+    need = max(GUARD_MIN_SAMPLES, mins)
+    b = float(w.baseline[t]) if w.baseline_n[t] >= mins else 0.0
+    running = np.maximum(np.maximum.accumulate(np.where(w.off_n[t] >= mins, row.off, 0.0)), b)
+    reference = np.concatenate([[b], running[:-1]])  # the slowest off-window before pair i
+    tallies = {"guard": ExceedanceTally("guard"), "slo": ExceedanceTally("slo")}
+    pauses = 0
+    for i in range(horizon):
+        if w.on_n[t, i] >= mins and w.off_n[t, i] >= mins:
+            tallies["slo"] = tallies["slo"].add(on_over=bool(row.on_p99[i] > slo), off_over=bool(row.off_p99[i] > slo))
+        if reference[i] > 0 and min(w.on_n[t, i], w.off_n[t, i]) >= need:
+            bound = reference[i] * (1.0 + GUARD_PCT / 100.0)
+            tallies["guard"] = tallies["guard"].add(on_over=bool(row.on[i] > bound), off_over=bool(row.off[i] > bound))
+        if row.slo_fire[i] or row.guard_fire[i]:
+            kind = "slo" if row.slo_fire[i] else "guard"
+            pauses += 1
+            if attribute(list(tallies.values()), level=settings.alpha).attributed:
+                usable = (w.on_n[t, : i + 1] >= mins) & (w.off_n[t, : i + 1] >= mins)
+                estimate = 100.0 * (row.on[: i + 1][usable].sum() / row.off[: i + 1][usable].sum() - 1.0)
+                if kind == "slo" and usable.any() and estimate < BOUND_PCT:
+                    return 0, "no-headroom", i + 1, pauses  # the resident's state, not the pair's: inconclusive
+                return -1, kind, i + 1, pauses
+            if excess(tallies.values()) > MAX_EXCESS:
+                return (-1 if row.path.unsafe[i] else 0), f"{kind}-end", i + 1, pauses
+        if row.path.unsafe[i]:
+            return -1, "judge", i + 1, pauses
+        if row.path.safe[i]:
+            return 1, "judge", i + 1, pauses
+        if row.path.futile[i]:
+            return 0, "futility", i + 1, pauses
+    return 0, "budget", horizon, pauses
 
 
 def _t_quantile(p: float, df: np.ndarray) -> np.ndarray:
@@ -726,7 +597,6 @@ class MethodRow:
     not_now: float | None = None  # the resident breached its SLO in the baseline: the candidate never ran
     pauses_mean: float | None = None
     paused: float | None = None  # share of trials with at least one SLO / guard pause
-    fresh_windows_mean: float | None = None
 
 
 def summarise(fam: Family, out: Outcome, w: Windows, bound_pct: float) -> MethodRow:
@@ -744,7 +614,7 @@ def summarise(fam: Family, out: Outcome, w: Windows, bound_pct: float) -> Method
             key = f"{r}:{ {1: 'safe', -1: 'unsafe', 0: 'inconclusive'}[int(lab)] }".replace(" ", "")
             rules[key] = rules.get(key, 0) + 1
     extra: dict[str, Any] = {}
-    if out.pauses is not None and out.rule is not None and out.fresh_windows is not None:
+    if out.pauses is not None and out.rule is not None:
         rejected = out.label == -1
         base_rule = np.array([str(r).removesuffix("-end") for r in out.rule])
         ended = np.array([str(r).endswith("-end") for r in out.rule])
@@ -755,7 +625,6 @@ def summarise(fam: Family, out: Outcome, w: Windows, bound_pct: float) -> Method
             "not_now": float(np.mean(out.rule == "not-now")),
             "pauses_mean": float(np.mean(out.pauses)),
             "paused": float(np.mean(out.pauses > 0)),
-            "fresh_windows_mean": float(np.mean(out.fresh_windows)),
         }
     return MethodRow(
         **extra,
@@ -833,9 +702,9 @@ def check_targets(results: Sequence[dict[str, Any]], alpha: float) -> list[str]:
 def guarded_table(results: Sequence[dict[str, Any]]) -> list[str]:
     """The judge, the guard and the SLO rule with attribution, per family, beside the old guard."""
     head = (f"{'family':<44} {'truth':>6} {'SLO ms':>7} | {'FA±SE / FR':<13} {'FR judge/guard/slo':<18} "
-            f"{'inc':>5} {'notnow':>6} {'exp':>5} {'paused':>6} {'pauses':>6} {'fresh':>5} | old guard FA/FR")
+            f"{'inc':>5} {'notnow':>6} {'exp':>5} {'paused':>6} {'pauses':>6} | old guard FA/FR")
     lines = [f"# {GUARDED}: the SLO rule and the guard pause the probe; unsafe only when attributed "
-             f"(exact tests, level alpha/{MAX_PAUSES + 1} per pause)", head, "-" * len(head)]
+             f"(a test martingale over the probe, level alpha; ends at an excess of {MAX_EXCESS})", head, "-" * len(head)]
     for r in results:
         g, old = r["methods"][GUARDED], r["methods"][OLD_GUARD]
         err = (f"{g['false_admit']:.3f}±{g['false_admit_se']:.3f}" if g["false_admit"] is not None
@@ -847,13 +716,13 @@ def guarded_table(results: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(
             f"{r['family']['name']:<44} {r['family']['truth_pct']:>6.1f} {r['slo_p99_ms']:>7.2f} | {err:<13} {by_text:<18} "
             f"{g['inconclusive']:>5.3f} {g['not_now']:>6.3f} {'—' if exp is None else str(round(exp)):>5} "
-            f"{g['paused']:>6.3f} {g['pauses_mean']:>6.2f} {g['fresh_windows_mean']:>5.2f} | {old_text}"
+            f"{g['paused']:>6.3f} {g['pauses_mean']:>6.2f} | {old_text}"
         )
     lines.append("-" * len(head))
     lines.append("# FR judge/guard/slo: false rejects by the rule that decided (an unsafe word of the judge at the "
                  "probe's end after the last pause counts as judge); inc includes not-now; notnow: the resident "
                  "breached its SLO in the baseline (the candidate never ran); paused: trials with >= 1 pause; pauses: "
-                 "mean per trial; fresh: mean windows of the resident alone measured to attribute")
+                 "mean per trial")
     return lines
 
 
@@ -930,8 +799,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "window_s": WINDOW_S, "guard_pct": GUARD_PCT, "burst_rate_guarded": BURST_RATE_GUARDED,
                          "min_safe_pairs": SETTINGS.min_safe_pairs, "range_z": SETTINGS.range_z,
                          "trials": args.trials, "seed": args.seed, "slo_quantile": SLO_QUANTILE,
-                         "max_pauses": MAX_PAUSES, "attribution_share": ATTRIBUTION_SHARE,
-                         "attribution_level_per_pause": alpha / (MAX_PAUSES + 1)},
+                         "max_excess": MAX_EXCESS, "attribution_bet": BET, "attribution_level": alpha},
             "results": results,
             "targets": targets,
             "wall_s": elapsed,

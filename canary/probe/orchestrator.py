@@ -11,13 +11,14 @@ States (each transition is recorded as ``(state, at, message)``)::
 - ``PROBING``: canary-on and canary-off windows in pairs; pairs come in blocks of two ordered
   off/on, on/off or on/off, off/on by a coin seeded from the probe id, with window lengths drawn
   around ``sampling_window_s`` (:func:`~canary.probe.judge.pair_schedule`): a linear drift cancels
-  inside a block and a periodic resident cannot alias with the schedule. Before every on-window the exposure left is computed; the executor gets an
-  :class:`~canary.probe.interfaces.ExposureGate` and cannot send a request past it. An on-window
-  whose resident p99 breaches the SLO, or whose slowdown against the slowest off-window so far
-  (the baseline included) exceeds the guard (the on-window with at least
-  ``slowdown_guard_min_samples`` samples), decides *unsafe* at
-  once: rollback follows within that window. The judgment records which rule decided
-  (``Judgment.rule``: judge, guard, slo, stall, futility, budget).
+  inside a block and a periodic resident cannot alias with the schedule. Before every on-window the
+  exposure left is computed; the executor gets an :class:`~canary.probe.interfaces.ExposureGate` and
+  cannot send a request past it. An on-window whose resident p99 breaches the SLO, or whose slowdown
+  against the slowest off-window so far (the baseline included) exceeds the guard (the on-window
+  with at least ``slowdown_guard_min_samples`` samples), ends the candidate's load at once; when its
+  pair is complete the breach is *unsafe* only if the attribution test over the whole probe pins
+  it on the candidate (:mod:`canary.probe.attribution`), else the probe resumes. The judgment
+  records which rule decided (``Judgment.rule``: judge, guard, slo, stall, futility, budget).
 - ``JUDGING``: after each pair, the sequential judge (:mod:`canary.probe.judge`).
 - ``DECIDED`` (safe / unsafe / inconclusive, also when the time or exposure budget ends) or
   ``ABORTED`` (start failure, garbage data, an executor or monitor error, cancellation).
@@ -48,7 +49,7 @@ import anyio
 
 from canary.errors import ProbeError
 from canary.policy import RiskBudget
-from canary.probe.attribution import ATTRIBUTION_SHARE, RESUME_WINDOWS, Attribution, attribute
+from canary.probe.attribution import MAX_EXCESS, ExceedanceTally, attribute, excess
 from canary.probe.interfaces import (
     Executor,
     ExposureGate,
@@ -77,9 +78,6 @@ Outcome = Literal["safe", "unsafe", "inconclusive", "aborted"]
 #: Why the candidate never ran: the resident breaches its SLO alone ("not now"), or no window the
 #: budget allows holds a statistic of it.
 AbortCause = Literal["resident-over-slo", "unmeasurable"]
-#: SLO or guard rollbacks a probe may resume from when the window could not be attributed to the
-#: candidate; the next one ends the probe.
-MAX_PAUSES = 3
 
 #: The transition table: from each state, the states it may go to.
 TRANSITIONS: dict[ProbeState, frozenset[ProbeState]] = {
@@ -251,9 +249,8 @@ class _Run:
     window_s: float = 0.0
     plan: WindowPlan | None = None
     throughput: bool = False
-    # Every usable window's (mean statistic, p99), for the attribution test of an SLO or guard rollback.
-    on_stats: list[tuple[float, float]] = field(default_factory=list)
-    off_stats: list[tuple[float, float]] = field(default_factory=list)
+    # Per rule in force, its pairs over the threshold and its wealth (canary.probe.attribution).
+    tallies: dict[str, ExceedanceTally] = field(default_factory=dict)
     pauses: int = 0
     attribution: str | None = None
 
@@ -384,6 +381,7 @@ class _Run:
         self.go("BASELINE", "measuring the resident alone")
         base = await self.measure_baseline()
         self._add_off(base)
+        self.rules_in_force()
         await self.executor.start()
         self.go("PROBING", f"candidate started; {self.plan.why if self.plan else ''}".rstrip("; "))
         window_s = self.window_s
@@ -393,19 +391,22 @@ class _Run:
             pair_order, pair_s = pair_schedule(seed, index, window_s)
             order: tuple[Literal["off", "on"], ...] = ("off", "on") if pair_order == "off-on" else ("on", "off")
             got: dict[str, WindowSample] = {}
+            breach: tuple[str, DecidingRule] | None = None
             for kind in order:
                 if not self.time_left_for(pair_s):
-                    return self.final_judgment("time budget spent")
+                    return self.final_judgment("time budget spent", breach)
                 if kind == "on" and self.exposure_used >= self.budget.max_requests_exposed:
                     return self.final_judgment("exposure budget spent")
                 got[kind] = await self.measure(kind, pair_s)
                 if kind == "on":
-                    on = preprocess_window(got["on"].latencies_ms, self.settings)
-                    await self.guard(on, partial=got)
-                    self._add_on(on)
+                    breach = self.breach(preprocess_window(got["on"].latencies_ms, self.settings))
             self.pairs.append(_pair(got["off"], got["on"]))
+            off = preprocess_window(got["off"].latencies_ms, self.settings)
+            self.tally(off, preprocess_window(got["on"].latencies_ms, self.settings))
             # The guard's reference grows only between pairs, as the judge's scale does.
-            self._add_off(preprocess_window(got["off"].latencies_ms, self.settings))
+            self._add_off(off)
+            if breach is not None:
+                self.settle(breach)
             index += 1
             self.go("JUDGING", f"pair {index}")
             j = judge(
@@ -493,103 +494,105 @@ class _Run:
         if off.statistic_ms is not None:
             self.off_max_ms = max(self.off_max_ms, off.statistic_ms)
             self.off_windows += 1
-            self.off_stats.append((off.statistic_ms, _p99(off)))
 
-    def _add_on(self, on: CleanWindow) -> None:
-        if on.statistic_ms is not None:
-            self.on_stats.append((on.statistic_ms, _p99(on)))
+    def rules_in_force(self) -> None:
+        """The rules whose breaches may be attributed, fixed before the candidate starts: the guard
+        always, the SLO rule for a latency resident with an SLO and rollback on breach."""
+        self.tallies = {"guard": ExceedanceTally("guard")}
+        if self.slo_in_force():
+            self.tallies["slo"] = ExceedanceTally("slo")
 
-    async def guard(self, on: CleanWindow, *, partial: dict[str, WindowSample]) -> None:
-        """SLO breach and slowdown guard on one on-window. Either stops the candidate's load at once
-        (the on-window ends and nothing more is sent); the window is then tested for attribution
-        against the resident's own windows (:mod:`canary.probe.attribution`): *unsafe* only when the
-        candidate caused it, else the probe resumes (at most ``MAX_PAUSES`` times)."""
-        reason = None
-        rule: DecidingRule = "none"
-        threshold = 0.0
-        use_p99 = False
-        if (
-            on.status == "ok"
-            and self.slo_latency_p99_ms is not None
-            and self.budget.rollback_on_slo_violation
-            and not self.throughput
-        ):
+    def slo_in_force(self) -> bool:
+        return self.slo_latency_p99_ms is not None and self.budget.rollback_on_slo_violation and not self.throughput
+
+    def guard_threshold_ms(self) -> float | None:
+        """The guard's bound for the next pair: the guard over the slowest off-window so far."""
+        if not self.off_windows:
+            return None
+        return self.off_max_ms * (1.0 + self.budget.effective_slowdown_guard_pct / 100.0)
+
+    def breach(self, on: CleanWindow) -> tuple[str, DecidingRule] | None:
+        """SLO breach or slowdown guard on one on-window: the reason and the rule, or ``None``. Either
+        ends the candidate's load at once — the on-window is over and nothing more is sent until the
+        breach is settled when its pair is complete (:meth:`settle`)."""
+        if on.status == "ok" and self.slo_in_force():
+            assert self.slo_latency_p99_ms is not None
             p99 = quantile(on.values_ms, 0.99)
             if p99 is not None and p99 > self.slo_latency_p99_ms:
-                reason = f"slo-breach: resident p99 {p99:.2f} ms > SLO {self.slo_latency_p99_ms:g} ms with the canary on"
-                rule, threshold, use_p99 = "slo", self.slo_latency_p99_ms, True
+                return (f"slo-breach: resident p99 {p99:.2f} ms > SLO {self.slo_latency_p99_ms:g} ms with the canary on",
+                        "slo")
         enough = self.throughput or len(on.values_ms) >= self.budget.slowdown_guard_min_samples
-        if reason is None and on.statistic_ms is not None and enough and self.off_windows:
-            reference_ms = self.off_max_ms
-            slowdown_pct = 100.0 * (on.statistic_ms / reference_ms - 1.0)
+        if on.statistic_ms is not None and enough and self.off_windows:
+            slowdown_pct = 100.0 * (on.statistic_ms / self.off_max_ms - 1.0)
             guard_pct = self.budget.effective_slowdown_guard_pct
             if slowdown_pct > guard_pct:
-                reason = f"slowdown-guard: one window {slowdown_pct:.1f}% slower > guard {guard_pct:g}%"
-                rule, threshold = "guard", reference_ms * (1.0 + guard_pct / 100.0)
-        if reason is None:
+                return f"slowdown-guard: one window {slowdown_pct:.1f}% slower > guard {guard_pct:g}%", "guard"
+        return None
+
+    def tally(self, off: CleanWindow, on: CleanWindow) -> None:
+        """One complete pair into each rule's tally, against thresholds fixed before the pair (the
+        guard's reference grows only after this)."""
+        if off.status != "ok" or on.status != "ok":
             return
+        if "slo" in self.tallies and self.slo_latency_p99_ms is not None:
+            slo = self.slo_latency_p99_ms
+            self.tallies["slo"] = self.tallies["slo"].add(on_over=_p99(on) > slo, off_over=_p99(off) > slo)
+        bound = self.guard_threshold_ms()
+        need = 0 if self.throughput else self.budget.slowdown_guard_min_samples
+        if (bound is not None and on.statistic_ms is not None and off.statistic_ms is not None
+                and min(len(on.values_ms), len(off.values_ms)) >= need):
+            self.tallies["guard"] = self.tallies["guard"].add(on_over=on.statistic_ms > bound,
+                                                              off_over=off.statistic_ms > bound)
+
+    def settle(self, breach: tuple[str, DecidingRule]) -> None:
+        """A breach, its pair complete and tallied: *unsafe* when the test attributes it to the
+        candidate; else the probe resumes — until the breaches with the candidate outnumber those without
+        by more than ``MAX_EXCESS``, then it ends inconclusive. An attributed SLO breach with a slowdown
+        estimate within the bound is the resident's lack of headroom, not the pair's: inconclusive."""
+        reason, rule = breach
         self.pauses += 1
-        on_values = [p99 if use_p99 else stat for stat, p99 in self.on_stats]
-        on_values.append(_p99(on) if use_p99 else (on.statistic_ms or 0.0))
-        off_values = [p99 if use_p99 else stat for stat, p99 in self.off_stats]
-        verdict, resumable = await self.attribute(threshold, on_values, off_values, use_p99)
-        pairs = list(self.pairs)
-        if "off" in partial:
-            pairs.append(_pair(partial["off"], partial["on"]))
+        verdict = attribute(list(self.tallies.values()), level=self.settings.alpha)
+        self.attribution = verdict.describe()
         if verdict.attributed:
-            base = judge(pairs, self.settings, budget_exhausted=False, baseline_ms=self.baseline_ms) if pairs else None
+            base = judge(self.pairs, self.settings, budget_exhausted=False, baseline_ms=self.baseline_ms)
+            bound = self.budget.max_resident_slowdown_pct
+            if rule == "slo" and base.estimate_pct is not None and base.estimate_pct < bound:
+                # The candidate does push the resident over its SLO more often — but with a slowdown the
+                # bound allows: the resident has no SLO headroom now. That is its state, not the pair's
+                # property, so nothing unsafe is recorded against the pair: inconclusive, and why.
+                why = (f"no SLO headroom: {reason}; {verdict.describe()}; the slowdown estimate "
+                       f"{base.estimate_pct:.1f}% is within the {bound:g}% bound, so the resident is too close to "
+                       "its SLO for any candidate now — nothing is recorded against the pair; ask again once the "
+                       "resident has headroom")
+                self.judgment = replace(base, label="inconclusive", rule=rule, reason=why)
+                self.decide(self.judgment, why)
+                raise _Stop
             j = Judgment(
                 "unsafe",
-                base.estimate_pct if base else None,
-                base.interval_pct if base else None,
+                base.estimate_pct,
+                base.interval_pct,
                 self.settings.required_confidence,
-                len(pairs),
-                base.raw_samples if base else len(partial["on"].latencies_ms),
+                len(self.pairs),
+                base.raw_samples,
                 f"{reason}; {verdict.describe()}",
                 rule=rule,
             )
             self.decide(j, reason)
             raise _Stop
-        if self.pauses > MAX_PAUSES or not resumable:
-            why = (f"{reason}; {verdict.describe()}; "
-                   + ("no time left to resume the probe" if not resumable else
-                      f"{self.pauses} rollbacks not attributable to the candidate: the probe ends"))
-            j = judge(pairs, self.settings, budget_exhausted=True, baseline_ms=self.baseline_ms)
-            self.judgment = replace(j, label="inconclusive" if j.label == "safe" else j.label, rule=rule, reason=why)
-            if self.judgment.label in (None, "error", "no-data"):
-                self.judgment = replace(self.judgment, label="inconclusive")
+        if excess(self.tallies.values()) > MAX_EXCESS:
+            why = (f"{reason}; {verdict.describe()}; more than {MAX_EXCESS} pairs over a threshold only with the "
+                   "candidate than only without it, not attributable yet: the probe ends")
+            j = judge(self.pairs, self.settings, budget_exhausted=True, baseline_ms=self.baseline_ms)
+            label = "inconclusive" if j.label in ("safe", None, "error", "no-data") else j.label
+            self.judgment = replace(j, label=label, rule=rule, reason=why)
             self.decide(self.judgment, why)
             raise _Stop
         self.go("JUDGING", f"{reason}; {verdict.describe()}: not the candidate's, the probe resumes")
         self.go("PROBING", "resumed")
 
-    async def attribute(
-        self, threshold: float, on_values: list[float], off_values: list[float], use_p99: bool
-    ) -> tuple[Attribution, bool]:
-        """The candidate's load has stopped: measure the resident alone until the window over
-        ``threshold`` is attributable to the candidate, or no longer can be within the share of the
-        time left that a pause may take. Returns the test and whether the probe can resume."""
-        # The error budget is split evenly over the pauses a probe may take (Bonferroni): any false
-        # unsafe from these rules, in the whole probe, has probability at most α under the null.
-        level = self.settings.alpha / (MAX_PAUSES + 1)
-        allowed = int(ATTRIBUTION_SHARE * (self.budget.max_probe_time_s - self.time_used_s()) // self.window_s)
-        measured = 0
-        while True:
-            verdict = attribute(on_values, off_values, threshold, level=level,
-                                more_windows_allowed=allowed - measured)
-            if verdict.attributed or not verdict.worth_measuring:
-                self.attribution = verdict.describe()
-                windows_left = (self.budget.max_probe_time_s - self.time_used_s()) // self.window_s
-                return verdict, windows_left >= RESUME_WINDOWS
-            sample = await self.measure("off", self.window_s)
-            measured += 1
-            fresh = preprocess_window(sample.latencies_ms, self.settings)
-            if fresh.statistic_ms is not None:
-                # A window of the resident alone, like any off-window: later pauses count it too.
-                self._add_off(fresh)
-                off_values.append(_p99(fresh) if use_p99 else fresh.statistic_ms)
-
-    def final_judgment(self, why: str) -> None:
+    def final_judgment(self, why: str, breach: tuple[str, DecidingRule] | None = None) -> None:
+        """The judge's last word when a budget ends. A breach whose pair the budget left incomplete
+        could not be settled: a *safe* then ends inconclusive (the breach stays unexplained)."""
         if self.state != "JUDGING":
             self.go("JUDGING", why)
         j = judge(self.pairs, self.settings, budget_exhausted=True, baseline_ms=self.baseline_ms)
@@ -597,6 +600,10 @@ class _Run:
             self.judgment = j
             self.abort(f"judge error: {j.reason}")
             return
+        if breach is not None and j.label == "safe":
+            reason, rule = breach
+            why = f"{why} before the pair of a breach was complete ({reason}): not settled"
+            j = replace(j, label="inconclusive", rule=rule, reason=why)
         self.decide(j, f"{why}: {j.label}")
 
     async def rollback(self) -> RollbackReport:

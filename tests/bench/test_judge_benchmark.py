@@ -77,18 +77,20 @@ def test_clear_families_decide_the_way_their_truth_says(doc: dict[str, Any]) -> 
 
 @pytest.mark.slow
 def test_guard_and_slo_rule_report_their_verdicts(doc: dict[str, Any]) -> None:
-    assert doc["settings"]["max_pauses"] == 3
-    assert doc["settings"]["attribution_level_per_pause"] == pytest.approx(0.05 / 4)
-    known = {"judge", "futility", "budget", "guard", "slo", "guard-end", "slo-end", "not-now"}
+    assert doc["settings"]["max_excess"] == 6
+    assert doc["settings"]["attribution_level"] == pytest.approx(0.05)
+    known = {"judge", "futility", "budget", "guard", "slo", "guard-end", "slo-end", "not-now", "no-headroom"}
     for r in doc["results"]:
         g = r["methods"][GUARDED]
         assert r["slo_p99_ms"] > 0
         assert sum(g["rules"].values()) == 40
         assert {key.split(":")[0] for key in g["rules"]} <= known
         # The baseline over the SLO ends a probe before the candidate starts: never a verdict.
-        assert not any(k.startswith("not-now:") and not k.endswith("inconclusive") for k in g["rules"])
+        # Neither does an SLO breach the resident's lack of headroom explains.
+        for never in ("not-now:", "no-headroom:"):
+            assert not any(k.startswith(never) and not k.endswith("inconclusive") for k in g["rules"])
         assert 0.0 <= g["not_now"] <= g["inconclusive"]
-        assert 0.0 <= g["paused"] <= 1.0 and g["pauses_mean"] <= 4.0
+        assert 0.0 <= g["paused"] <= 1.0 and g["pauses_mean"] <= doc["settings"]["horizon_pairs"]
         if r["family"]["truth_pct"] < doc["settings"]["bound_pct"]:
             by = g["false_reject_by"]
             assert set(by) == {"judge", "guard", "slo"}
@@ -100,12 +102,13 @@ def test_guard_and_slo_rule_report_their_verdicts(doc: dict[str, Any]) -> None:
 @pytest.mark.slow
 def test_attribution_rarely_blames_a_candidate_that_changes_nothing(doc: dict[str, Any]) -> None:
     """clear-safe 0%: the windows are independent and the candidate changes nothing, so an SLO or guard
-    pause is attributed to it (unsafe by rule slo or guard) with probability about the level alpha at
-    most; the resident breaches its SLO alone in one window in ten, so most probes do pause."""
+    breach is attributed to it (unsafe by rule slo or guard, or inconclusive for want of headroom) with
+    probability at most the level alpha, however often it is looked at; the resident breaches its SLO
+    alone in one window in ten, so most probes do pause."""
     by_name = {r["family"]["name"]: r["methods"] for r in doc["results"]}
     g = by_name["clear-safe 0%"][GUARDED]
     assert g["paused"] >= 0.5
-    attributed = g["rules"].get("slo:unsafe", 0) + g["rules"].get("guard:unsafe", 0)
+    attributed = sum(g["rules"].get(k, 0) for k in ("slo:unsafe", "guard:unsafe", "no-headroom:inconclusive"))
     # 40 probes: far above alpha (0.05) would be >= 9 (Binomial(40, 0.07) reaches it with p < 0.01).
     assert attributed <= 8
     # With the candidate far beyond the bound the rules can only stop it sooner: no false admit.

@@ -530,3 +530,21 @@ async def test_an_slo_breach_the_candidate_causes_is_attributed_and_recorded_uns
     assert result.outcome == "unsafe" and result.judgment is not None and result.judgment.rule == "slo"
     assert result.attribution is not None and result.attribution.startswith("attributed to the candidate")
     assert result.to_summary_dict()["attribution"] == result.attribution
+
+
+@pytest.mark.anyio
+async def test_an_attributed_slo_breach_within_the_bound_is_no_headroom_not_unsafe() -> None:
+    """A resident whose own p99 sits just under its SLO (about 1.12 × its mean against an SLO of 1.15 ×):
+    a 5% slowdown, half the 10% bound, pushes almost every window with the candidate over it and few
+    without. The breaches *are* the candidate's — but the slowdown is one the bound allows, so the
+    resident has no SLO headroom now: inconclusive, nothing unsafe recorded against the pair."""
+    bench = Bench(slowdown_pct=5.0)
+    monitor = FakeMonitor(bench, behaviour="good", seed=5, samples_per_window=50)
+    result = await probe(FakeExecutor(bench), monitor, budget=budget(max_probe_time_s=8.0),
+                         slo_latency_p99_ms=bench.base_ms * 1.15)
+    assert result.outcome == "inconclusive", result.rollback_reason
+    assert result.judgment is not None and result.judgment.rule == "slo"
+    assert result.judgment.reason.startswith("no SLO headroom: slo-breach")
+    assert result.attribution is not None and result.attribution.startswith("attributed to the candidate")
+    assert result.slowdown_estimate_pct is not None and result.slowdown_estimate_pct < 10.0
+    assert bench.rollbacks == 1 and result.rollback_verified

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from canary.policy import RiskBudget
-from canary.probe.attribution import attribute, hypergeometric_sf, top_run_p
+from canary.probe.attribution import ExceedanceTally, attribute
 from canary.probe.plan import TimeStructure, Unmeasurable, WindowPlan, declared_cycle_s, plan_windows
 from canary.profile import load_profile
 from tests.support.paths import EXAMPLES
@@ -103,56 +103,68 @@ def test_declared_cycles_of_the_example_profiles() -> None:
     assert declared_cycle_s(training) == expected
 
 
-@pytest.mark.parametrize(
-    ("at_least", "draws", "successes", "population", "p"),
-    [
-        pytest.param(1, 1, 1, 20, 1 / 20, id="one window over, it carried the candidate"),
-        # P(X >= 2), N=10, K=3, n=4: [C(3,2)C(7,2) + C(3,3)C(7,1)] / C(10,4) = (63 + 7) / 210
-        pytest.param(2, 4, 3, 10, 70 / 210, id="written out"),
-        pytest.param(0, 4, 3, 10, 1.0, id="nothing asked"),
-        pytest.param(4, 4, 3, 10, 0.0, id="impossible"),
-    ],
-)
-def test_hypergeometric_tail(at_least: int, draws: int, successes: int, population: int, p: float) -> None:
-    assert hypergeometric_sf(at_least, draws, successes, population) == pytest.approx(p)
+def _tally(rule: str, pairs: list[tuple[bool, bool]]) -> ExceedanceTally:
+    t = ExceedanceTally(rule)  # type: ignore[arg-type]
+    for on_over, off_over in pairs:
+        t = t.add(on_over=on_over, off_over=off_over)
+    return t
 
 
-def test_top_run() -> None:
-    # two of three on-windows above all four off-windows: C(3,2)/C(7,2) = 3/21
-    assert top_run_p([9.0, 8.0, 1.0], [5.0, 4.0, 3.0, 2.0]) == (2, pytest.approx(3 / 21))
+def test_a_tally_bets_only_on_discordant_pairs() -> None:
+    t = _tally("slo", [(True, False), (False, False), (True, True), (False, True), (True, False)])
+    assert (t.pairs, t.on_only, t.off_only, t.both) == (5, 2, 1, 1)
+    # 1.9 × 1.9 × 0.1: the concordant pairs leave the wealth alone
+    assert t.wealth == pytest.approx(1.9 * 1.9 * 0.1)
+    assert "2 of 5 pairs over it only with the candidate, 1 only without it, 1 both" in t.describe()
 
 
 @pytest.mark.parametrize(
-    ("on", "off", "threshold", "level", "allowed", "attributed", "worth"),
+    ("slo", "guard", "attributed", "evidence"),
     [
-        # one breach with the candidate, none in 80 windows alone: top run p = 1/81 and over p = 1/81,
-        # Bonferroni 2/81 = 0.0247 <= 0.025
-        pytest.param([30.0], [10.0] * 80, 20.0, 0.05, 0, True, False, id="lone breach, many clean windows"),
-        # the same breach with 3 windows alone: p = 1/4 > 0.025; 77 more clean windows could attribute it
-        pytest.param([30.0], [10.0] * 3, 20.0, 0.05, 77, False, True, id="worth measuring"),
-        pytest.param([30.0], [10.0] * 3, 20.0, 0.05, 10, False, False, id="not worth it within the share"),
-        # the resident breaches alone as often: never attributable
-        pytest.param([30.0, 10.0], [30.0, 10.0] * 40, 20.0, 0.05, 1000, False, False, id="the resident's own"),
+        # both rules see five pairs over only with the candidate: 1.9^5 = 24.8 >= 1/0.05
+        pytest.param(5, 5, True, 1.9**5, id="five breaches, both rules"),
+        pytest.param(4, 4, False, 1.9**4, id="four are not enough"),
+        # one rule of two: the mean of 1.9^5 and 1 is 12.9 < 20; six give (47.0 + 1) / 2 = 24.0
+        pytest.param(5, 0, False, (1.9**5 + 1) / 2, id="five, one rule"),
+        pytest.param(6, 0, True, (1.9**6 + 1) / 2, id="six, one rule"),
     ],
 )
-def test_attribution(on: list[float], off: list[float], threshold: float, level: float, allowed: int,
-                     attributed: bool, worth: bool) -> None:
-    got = attribute(on, off, threshold, level=level, more_windows_allowed=allowed)
+def test_attribution_needs_repeated_breaches(slo: int, guard: int, attributed: bool, evidence: float) -> None:
+    got = attribute([_tally("slo", [(True, False)] * slo), _tally("guard", [(True, False)] * guard)], level=0.05)
     assert got.attributed is attributed
-    assert got.worth_measuring is worth
-    assert ("attributed to the candidate" if attributed else "not attributable") in got.describe()
+    assert got.evidence == pytest.approx(evidence)
+    assert got.describe().startswith("attributed to the candidate" if attributed else "not attributable")
 
 
-def test_attribution_keeps_its_level_under_the_null() -> None:
-    """Windows exchangeable (the candidate changes nothing): the tests attribute at most at their level."""
+def test_one_breach_by_the_resident_alone_outweighs_one_with_the_candidate() -> None:
+    # 1.9^6 × 0.1 = 4.7: six breaches with the candidate after one without are not attributed
+    got = attribute([_tally("guard", [(False, True)] + [(True, False)] * 6)], level=0.05)
+    assert not got.attributed and got.evidence == pytest.approx(1.9**6 * 0.1)
+
+
+def test_attribution_refuses_a_bad_level_or_no_rule() -> None:
+    with pytest.raises(ValueError, match="level"):
+        attribute([ExceedanceTally("slo")], level=1.5)
+    with pytest.raises(ValueError, match="no rule"):
+        attribute([], level=0.05)
+
+
+def test_attribution_keeps_its_level_under_the_null_however_often_it_is_looked_at() -> None:
+    """Windows exchangeable (the candidate changes nothing), a resident over its threshold in one window
+    in five: the evidence is checked after *every* pair — the most a probe could look — and still
+    crosses 1/α in at most α of the probes (Ville's inequality)."""
     import random
 
     rng = random.Random(7)
-    trials, hits, level = 4000, 0, 0.05
+    trials, hits, level = 2000, 0, 0.05
     for _ in range(trials):
-        values = [rng.lognormvariate(0, 0.5) for _ in range(30)]
-        on, off = values[:6], values[6:]
-        if attribute(on, off, threshold=1.5, level=level, more_windows_allowed=0).attributed:
-            hits += 1
+        slo, guard = ExceedanceTally("slo"), ExceedanceTally("guard")
+        for _pair in range(60):
+            off, on = rng.lognormvariate(0, 0.5), rng.lognormvariate(0, 0.5)
+            slo = slo.add(on_over=on > 1.5, off_over=off > 1.5)
+            guard = guard.add(on_over=on > 1.9, off_over=off > 1.9)
+            if attribute([slo, guard], level=level).attributed:
+                hits += 1
+                break
     rate = hits / trials
     assert rate <= level + 2 * math.sqrt(level * (1 - level) / trials)
