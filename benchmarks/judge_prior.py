@@ -101,6 +101,7 @@ def held_out_families() -> list[Any]:
         Family("held-out: 5%, Pareto + AR(1) phi 0.5 sd 0.1", "held-out", b / 3, latency="pareto", ar_phi=0.5,
                ar_sd=0.1),
         Family("held-out: 20% (bound+5), few requests 4.5/s", "held-out", b + 5, rps=bj.FEW_RPS),
+        Family("held-out: 22% (bound+7)", "held-out", b + 7),
     ]
 
 
@@ -165,6 +166,30 @@ def table(results: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def summary(results: Sequence[dict[str, Any]], trials: int) -> list[str]:
+    """Per prior: the worst false-admit rate against its limit, and the mean pairs per probe against no
+    prior (families where it is lower / higher by more than 2%; the largest changes)."""
+    lines = []
+    for name in PRIORS:
+        worst = max((r for r in results if r["priors"][name]["false_admit"] is not None),
+                    key=lambda r: r["priors"][name]["false_admit"] - fa_limit(r["priors"][name]["false_admit_se"], trials),
+                    default=None)
+        text = f"# prior {name:<8}: "
+        if worst is not None:
+            m = worst["priors"][name]
+            text += (f"worst false admits {m['false_admit']:.3f} ± {m['false_admit_se']:.3f} (limit "
+                     f"{fa_limit(m['false_admit_se'], trials):.3f}) in {worst['family']['name']}")
+        if name != "none":
+            change = [(r["priors"][name]["mean_pairs"] / r["priors"]["none"]["mean_pairs"] - 1, r["family"]["name"]) for r in results]
+            fewer = sum(c < -0.02 for c, _ in change)
+            more = sum(c > 0.02 for c, _ in change)
+            best, worst_change = min(change), max(change)
+            text += (f"; mean pairs per probe vs none: lower in {fewer}, higher in {more} of {len(change)} families "
+                     f"(from {best[0]:+.0%}, {best[1]}, to {worst_change[0]:+.0%}, {worst_change[1]})")
+        lines.append(text)
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--trials", type=int, default=400, help="trials per family")
@@ -199,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line)
     print("# FA = false admits (safe, truth >= bound) ± SE; FR = false rejects (unsafe, truth < bound); inc = "
           "inconclusive; med/mean pairs = median pairs to a verdict over decided trials / mean pairs used per probe")
+    for line in summary(results, args.trials):
+        print(line)
     lines = checks(results, args.trials)
     for line in lines:
         if line.startswith("FAIL"):
