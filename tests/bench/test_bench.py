@@ -129,7 +129,7 @@ def test_report_says_why_each_unknown_and_false_reject(quick_run: tuple[subproce
             assert probe["window_plan"] and probe["window_plan"][:30] in row, row
             assert f"{probe['time_used_s']:.0f} s simulated" in row
             if probe["decided_by_rule"] in ("slo", "guard"):
-                assert probe["attribution"] and " windows with the candidate and " in row, row
+                assert probe["attribution"] and " pairs over it only with the candidate" in row, row
         else:
             assert d["probe"] is None
     # Per rule over both seeds: the totals are the spread's headline unknowns and false rejects.
