@@ -68,6 +68,12 @@ The pipeline, each step testable alone (knobs from the :class:`~canary.policy.Ri
    could not reach either threshold even if the truth lay two standard errors further out),
    ``no-data``, ``error``.
 
+**A prior** (:class:`SlowdownPrior` on :attr:`JudgeSettings.prior`, from an estimator) shapes only the
+bets of step 3: each capital becomes ``½ K^data + ½ K^prior``, the second process betting from the
+prior's posterior. Its bets are predictable and bounded like the others, so the error bound holds
+whatever the prior says; a wrong prior costs at most ``log 2`` of log-capital (time), a right one
+decides *unsafe* sooner (:func:`sequential_paths`; ``docs/judge-prior.md``).
+
 Where the guarantee stops (also in ``docs/canary.md``): bursts rarer than ``p``; interference whose
 correlation time is so long against the probe that the probe sees one nearly flat stretch of it (the
 estimate of ``τ`` from ``n`` pairs cannot exceed what ``n`` pairs show: measured, AR(1) with φ 0.95 —
@@ -469,7 +475,7 @@ def sequential_paths(
     ``m̂ / (v + m̂² + ŝ²)`` on the side ``m̂`` points to (:func:`_prior_capital`), capped at ``0.95/U``
     where the data-only bets stop at ``0.75/U``. Those bets are capped for most of a clear probe, so
     what a right prior buys is mostly the larger bet, from the first pair (measured in
-    ``benchmarks/judge_prior.py``: 10–15% fewer pairs to an *unsafe* verdict; a *safe* verdict waits
+    ``benchmarks/judge_prior.py``: about 15% fewer pairs to an *unsafe* verdict; a *safe* verdict waits
     for the burst rule's pairs whatever the prior). A confident prior keeps betting where it points
     until the data outweigh it (the prior counts as ``v / s₀²`` pairs).
 
