@@ -160,6 +160,10 @@ async def admit_async(
         from canary.probe.factory import check_request
 
         check_request(req)
+    if probe and req.policy.estimators:  # an estimator nothing provides: refused before the store is touched
+        from canary.estimate import load_estimators
+
+        load_estimators(req.policy.estimators)
     if engine is None:
         engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess.over(engine)

@@ -24,6 +24,10 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="first seed of every random draw (default 0)")
     parser.add_argument("--seeds", type=int, default=5, metavar="K",
                         help="run seeds N..N+K-1 and report the spread (default 5)")
+    parser.add_argument("--strategies", action="store_true",
+                        help="compare no-probe, offline-profile, analytical, canary and hybrid admission on unseen "
+                             "pairs, a resident's phase change and a day of repeated admissions; writes "
+                             "DIR/strategies.json and DIR/strategies.png (docs/estimators.md)")
     parser.set_defaults(handler=run)
 
 
@@ -36,11 +40,13 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} exists and is not a directory", file=str(out), field="--out")
 
-    from canary.bench import run_seeds, write_all
-
     def progress(line: str) -> None:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
+
+    if args.strategies:
+        return _strategies(args, out, progress)
+    from canary.bench import run_seeds, write_all
 
     seeds = list(range(int(args.seed), int(args.seed) + int(args.seeds)))
     doc = run_seeds(quick=bool(args.quick), seeds=seeds, progress=progress)
@@ -63,3 +69,29 @@ def run(args: argparse.Namespace) -> int:
     for p in paths:
         sys.stdout.write(f"wrote {p}\n")
     return 0
+
+
+def _strategies(args: argparse.Namespace, out: Path, progress: Any) -> int:
+    from canary.bench.strategies import run_strategies, write_strategies
+
+    doc = run_strategies(quick=bool(args.quick), seed=int(args.seed), progress=progress)
+    paths = write_strategies(doc, out)
+    for row in doc["rows"]:
+        sys.stdout.write(
+            f"{row['name']:<16} unseen: {row['false_admits']} false admits, {row['false_rejects']} false rejects, "
+            f"{row['unknowns']} unknown, median {_s(row['tta_median_s'])} to decide, {row['probes']} probes; "
+            f"phase change adapts in {_s(row['adaptation_s'])}; "
+            f"{_n(row['probes_per_100_repeated'])} probes per 100 repeated admissions\n")
+    met = ", ".join(f"{k} {'yes' if v['ok'] else 'no'}" for k, v in doc["targets"].items())
+    sys.stdout.write(f"hybrid vs canary: {met}\n")
+    for p in paths:
+        sys.stdout.write(f"wrote {p}\n")
+    return 0
+
+
+def _s(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def _n(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}"

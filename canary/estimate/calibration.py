@@ -2,18 +2,24 @@
 
 An *outcome* is a prediction made before a probe set against what the probe then measured (the
 evidence record's resident slowdown). Its nonconformity score is how far the measurement fell
-outside the predicted interval, ``s = max(lo − y, y − hi)`` (negative inside). With ``n`` outcomes
-and miscoverage ``α = 1 − required_confidence``, ``q`` is the ``⌈(n + 1)(1 − α)⌉``-th smallest
-score, and ``[lo − q, hi + q]`` covers a new, exchangeable outcome with probability ≥ 1 − α
-(split conformal; Romano, Patterson & Candès 2019 for interval scores).
+outside the predicted interval in units of the interval's width, ``s = max(lo − y, y − hi) / w`` with
+``w = max(hi − lo, MIN_WIDTH_PCT)`` (negative inside): an estimator that says how unsure it is gets
+narrow calibrated intervals where it is sure and wide ones where it is not (normalised conformal
+scores; the width is fixed before the outcome, so validity is unchanged). With ``n`` outcomes and
+miscoverage ``α = 1 − required_confidence``, ``q`` is the ``⌈(n + 1)(1 − α)⌉``-th smallest score, and
+``[lo − q·w, hi + q·w]`` covers a new, exchangeable outcome with probability ≥ 1 − α (split
+conformal; Romano, Patterson & Candès 2019 for interval scores).
 
 An estimator is *calibrated* for a device type — its intervals may decide, where a policy trusts
 it — only when all of these hold; otherwise it is *uncalibrated* and may order work, never decide:
 
 - at least ``min_outcomes`` outcomes (and enough that ``q`` is finite: ``n ≥ 1/α − 1``);
-- its *measured coverage* reaches ``1 − α``: ``q`` fitted on the older half of the outcomes covers
-  at least that fraction of the newer half (an honest, held-out check that the guarantee's
-  exchangeability holds in practice, e.g. that the workloads did not drift).
+- its *measured coverage* reaches ``1 − α``: in time order, each outcome is checked against the
+  interval calibrated on the outcomes before it (from the first that has a finite quantile on), and the
+  covered fraction is not below ``1 − α`` by more than two standard errors (``2·√(α(1−α)/m)`` over
+  ``m`` checked: an exchangeable stream hovers around the level) — coverage as the store would have
+  delivered it, on data each quantile did not see. Drift (the workloads or the estimator's errors changing over time) shows here
+  as misses, where a quantile fitted on everything would quietly widen.
 
 Pure functions; the outcomes come from :mod:`canary.estimate.store`.
 """
@@ -26,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_MIN_OUTCOMES = 30
+#: The narrowest width a score is measured in (percentage points): a point prediction still has a scale.
+MIN_WIDTH_PCT = 1.0
 
 
 @dataclass(frozen=True)
@@ -44,32 +52,37 @@ class Outcome:
 
     @property
     def score(self) -> float:
-        return max(self.lo_pct - self.measured_pct, self.measured_pct - self.hi_pct)
+        return max(self.lo_pct - self.measured_pct, self.measured_pct - self.hi_pct) / width(self.lo_pct, self.hi_pct)
+
+
+def width(lo_pct: float, hi_pct: float) -> float:
+    """The scale of an interval's scores: its width, at least ``MIN_WIDTH_PCT``."""
+    return max(hi_pct - lo_pct, MIN_WIDTH_PCT)
 
 
 @dataclass(frozen=True)
 class Calibration:
     """What the outcomes say about one estimator on one device type at confidence ``1 − alpha``.
 
-    ``q_pct``: the conformal widening (``None`` when the outcomes are too few for a finite one);
-    ``coverage``: the measured held-out coverage (``None`` when either half is too small);
+    ``q``: the conformal widening in widths of the raw interval (``None`` when the outcomes are too
+    few for a finite one); ``coverage``: the coverage measured in time order (``None`` when too few);
     ``calibrated``: may its intervals decide; ``reason``: why not, or what the numbers are."""
 
     estimator: str
     device_type: str
     alpha: float
     outcomes: int
-    q_pct: float | None
+    q: float | None
     coverage: float | None
-    held_out: int
     calibrated: bool
     reason: str
 
     def interval(self, lo_pct: float, hi_pct: float) -> tuple[float, float] | None:
         """The calibrated interval of a raw one; ``None`` without a finite ``q``."""
-        if self.q_pct is None:
+        if self.q is None:
             return None
-        lo, hi = lo_pct - self.q_pct, hi_pct + self.q_pct
+        w = width(lo_pct, hi_pct)
+        lo, hi = lo_pct - self.q * w, hi_pct + self.q * w
         if lo > hi:  # a negative q narrower than the interval: the middle point
             lo = hi = (lo + hi) / 2
         return lo, hi
@@ -93,28 +106,27 @@ def calibrate(estimator: str, device_type: str, outcomes: Sequence[Outcome], *, 
     mine = sorted((o for o in outcomes if o.estimator == estimator and o.device_type == device_type),
                   key=lambda o: (o.at, o.evidence_id))
     n = len(mine)
-    q = conformal_q([o.score for o in mine], alpha)
-    half = n // 2
-    older, newer = mine[:half], mine[half:]
-    q_old = conformal_q([o.score for o in older], alpha)
-    coverage = None
-    if q_old is not None and newer:
-        covered = sum(1 for o in newer if o.lo_pct - q_old <= o.measured_pct <= o.hi_pct + q_old)
-        coverage = covered / len(newer)
+    scores = [o.score for o in mine]
+    q = conformal_q(scores, alpha)
+    covered, held = 0, 0
+    for i, o in enumerate(mine):
+        q_i = conformal_q(scores[:i], alpha)
+        if q_i is None:
+            continue
+        held += 1
+        covered += int(o.score <= q_i)
+    coverage = covered / held if held else None
     level = 1.0 - alpha
 
     def result(ok: bool, reason: str) -> Calibration:
-        return Calibration(estimator, device_type, alpha, n, q, coverage, len(newer) if coverage is not None else 0,
-                           ok, reason)
+        return Calibration(estimator, device_type, alpha, n, q, coverage, ok, reason)
 
     if n < min_outcomes:
         return result(False, f"{n} outcome(s) on {device_type}, fewer than the {min_outcomes} calibration needs")
-    if q is None:
+    if q is None or coverage is None:
         return result(False, f"{n} outcome(s) are too few for a finite conformal quantile at {level:g}")
-    if coverage is None:
-        return result(False, f"{n} outcome(s): the older half is too small to measure coverage on the newer half")
-    if coverage < level:
-        return result(False, f"measured coverage {coverage:.3f} on the newer {len(newer)} outcome(s) is below "
-                      f"{level:g}: the estimator's errors are not exchangeable over time (drift)")
-    return result(True, f"{n} outcome(s); conformal widening {q:+.1f} points; measured coverage {coverage:.3f} "
-                  f"on the newer {len(newer)}")
+    if coverage < level - 2 * math.sqrt(alpha * level / held):
+        return result(False, f"measured coverage {coverage:.3f} in time order ({held} outcome(s) checked) is below "
+                      f"{level:g} by more than two standard errors: the estimator's errors are not exchangeable (drift, or outcomes far off)")
+    return result(True, f"{n} outcome(s); conformal widening {q:+.2f} interval widths; measured coverage "
+                  f"{coverage:.3f} in time order over {held}")

@@ -15,15 +15,16 @@ kind                the record's key differs from the pair's in                 
 ==================  ======================================================================  ==========
 
 From the most similar kind that has records with a measured slowdown, the estimate is the mean of
-their point slowdowns, and the interval is the hull of their recorded intervals widened by
-``(1/similarity − 1) · max(WIDEN_FLOOR_PCT, |point|)`` points each side: the further the neighbour,
-the wider the interval. A record without a measured slowdown (a rollback on the SLO, an aborted
+their point slowdowns; the interval is that mean ± (the standard deviation of the points + the median
+half-width of their recorded intervals), widened by ``(1/similarity − 1) · max(WIDEN_FLOOR_PCT, |point|)``
+points each side: the further the neighbour, the wider the interval. A record without a measured slowdown (a rollback on the SLO, an aborted
 probe) contributes nothing; no neighbour at all is :class:`~canary.estimate.base.NoEstimate`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -84,13 +85,12 @@ def transfer_estimate(key: PairKey, records: Sequence[EvidenceOut], *,
     recs = by_kind[kind]
     points = [float(r.resident_slowdown_pct) for r in recs if r.resident_slowdown_pct is not None]
     point = sum(points) / len(points)
-    lows = [r.resident_slowdown_low_pct if r.resident_slowdown_low_pct is not None else r.resident_slowdown_pct
-            for r in recs]
-    highs = [r.resident_slowdown_high_pct if r.resident_slowdown_high_pct is not None else r.resident_slowdown_pct
-             for r in recs]
+    spread = statistics.stdev(points) if len(points) > 1 else 0.0
+    halves = [(r.resident_slowdown_high_pct - r.resident_slowdown_low_pct) / 2 for r in recs
+              if r.resident_slowdown_high_pct is not None and r.resident_slowdown_low_pct is not None]
+    half = spread + (statistics.median(halves) if halves else 0.0)
     widen = (1.0 / sim - 1.0) * max(WIDEN_FLOOR_PCT, abs(point))
-    lo = min(min(float(v) for v in lows if v is not None), point) - widen
-    hi = max(max(float(v) for v in highs if v is not None), point) + widen
+    lo, hi = point - half - widen, point + half + widen
     inputs = tuple(f"evidence {r.id} ({kind}: {r.key.describe()})" for r in recs[:5])
     if len(recs) > 5:
         inputs += (f"and {len(recs) - 5} more {kind} record(s)",)

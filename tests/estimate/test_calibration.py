@@ -1,0 +1,92 @@
+"""Split-conformal calibration: the quantile's rule, the coverage it promises on exchangeable
+outcomes, and the refusals (too few outcomes, drift)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+
+from canary.estimate.calibration import Outcome, calibrate, conformal_q
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _outcomes(n: int, *, seed: int, noise: float = 3.0, bias: float = 0.0, estimator: str = "e",
+              device: str = "h100-sxm", start: int = 0) -> list[Outcome]:
+    """Predictions point ± 2 of a slowdown measured as point + bias + N(0, noise)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        point = rng.uniform(0, 30)
+        y = point + bias + rng.gauss(0, noise)
+        out.append(Outcome(estimator, device, point - 2, point + 2, point, y, T0 + dt.timedelta(minutes=start + i),
+                           f"ev-{seed}-{start + i}"))
+    return out
+
+
+@pytest.mark.parametrize(("scores", "alpha", "expected"), [
+    pytest.param([0.1] * 18, 0.05, None, id="18-scores-are-too-few-at-95"),
+    pytest.param([float(i) for i in range(19)], 0.05, 18.0, id="19-scores-the-largest-at-95"),
+    pytest.param([float(i) for i in range(99)], 0.1, 89.0, id="99-scores-the-90th-at-90"),
+    pytest.param([], 0.1, None, id="no-scores"),
+])
+def test_conformal_quantile(scores: list[float], alpha: float, expected: float | None) -> None:
+    assert conformal_q(scores, alpha) == expected
+
+
+def test_too_few_outcomes_are_uncalibrated_and_say_so() -> None:
+    cal = calibrate("e", "h100-sxm", _outcomes(12, seed=1), alpha=0.05, min_outcomes=30)
+    assert not cal.calibrated and cal.outcomes == 12
+    assert "12 outcome(s) on h100-sxm, fewer than the 30" in cal.reason
+
+
+def test_outcomes_of_other_estimators_and_devices_do_not_count() -> None:
+    mixed = _outcomes(40, seed=2, estimator="other") + _outcomes(40, seed=3, device="a100-80gb")
+    cal = calibrate("e", "h100-sxm", mixed, alpha=0.05, min_outcomes=30)
+    assert cal.outcomes == 0 and not cal.calibrated
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1])
+def test_calibrated_intervals_cover_new_outcomes_at_the_level(alpha: float) -> None:
+    """An estimator whose raw intervals are far too narrow (noise 6 against ±2) and biased by +5:
+    calibrated on 1,000 outcomes, its intervals cover 4,000 new ones at the level, within three
+    standard deviations of a 1,000-outcome quantile's coverage (about 0.01 at 0.9)."""
+    train = _outcomes(1000, seed=11, noise=6.0, bias=5.0)
+    cal = calibrate("e", "h100-sxm", train, alpha=alpha, min_outcomes=30)
+    assert cal.calibrated, cal.reason
+    assert cal.coverage is not None and cal.coverage >= 1 - alpha - 0.02
+    test = _outcomes(4000, seed=12, noise=6.0, bias=5.0, start=10000)
+    covered = 0
+    for o in test:
+        interval = cal.interval(o.lo_pct, o.hi_pct)
+        assert interval is not None
+        covered += interval[0] <= o.measured_pct <= interval[1]
+    rate = covered / len(test)
+    assert 1 - alpha - 0.03 <= rate <= 1 - alpha + 0.03
+
+
+def test_raw_intervals_that_miss_are_not_trusted_as_they_are() -> None:
+    train = _outcomes(100, seed=5, noise=6.0, bias=5.0)
+    raw = sum(o.lo_pct <= o.measured_pct <= o.hi_pct for o in train) / len(train)
+    cal = calibrate("e", "h100-sxm", train, alpha=0.05, min_outcomes=30)
+    assert raw < 0.5 and cal.q is not None and cal.q > 0  # calibration widens them
+
+
+def test_drift_makes_an_estimator_uncalibrated() -> None:
+    """Thirty good outcomes, then twenty far off: checked in time order, coverage falls below the level
+    (a quantile fitted on all fifty would simply widen and hide it)."""
+    good = _outcomes(30, seed=7, noise=0.5)
+    bad = _outcomes(20, seed=8, noise=0.5, bias=40.0, start=100)
+    cal = calibrate("e", "h100-sxm", good + bad, alpha=0.05, min_outcomes=30)
+    assert not cal.calibrated
+    assert cal.coverage is not None and cal.coverage < 0.95
+    assert "in time order" in cal.reason
+
+
+def test_a_narrow_honest_estimator_keeps_narrow_intervals() -> None:
+    cal = calibrate("e", "h100-sxm", _outcomes(60, seed=9, noise=0.3), alpha=0.05, min_outcomes=30)
+    assert cal.calibrated
+    lo, hi = cal.interval(8.0, 12.0) or (None, None)
+    assert lo is not None and hi is not None and hi - lo < 8.0
