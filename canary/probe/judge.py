@@ -438,10 +438,13 @@ def _prior_capital(
     r = np.asarray(bound_ratio if ratio is None else ratio, dtype=np.float64)
     r = np.broadcast_to(r.reshape(-1, 1), (rows, 1)) if r.ndim else np.full((rows, 1), float(r))
     m0 = np.clip((1.0 + prior.mean_pct / 100.0) / r - 1.0, -u, u)
-    s0_sq = (prior.sd_pct / 100.0 / r) ** 2
-    n0 = var / s0_sq
-    post_mean = (n0 * m0 + s1) / (n0 + kk)
-    post_var = var / (n0 + kk)
+    # Kept where floats hold: beyond these a prior is certain (or knows nothing) for every purpose here.
+    s0_sq = np.clip(np.minimum(prior.sd_pct / 100.0, 1e9) / r, 1e-9, 1e9) ** 2
+    # (n₀ m₀ + Σz)/(n₀ + k) and v/(n₀ + k), written without n₀ so that a prior too sharp for floats
+    # (s₀² → 0, n₀ → ∞) gives m₀ and 0 rather than ∞/∞.
+    shrink = s0_sq / (var + kk * s0_sq)
+    post_mean = m0 + (s1 - kk * m0) * shrink
+    post_var = var * shrink
     kelly = post_mean / (var + post_mean * post_mean + post_var)
     cap = _PRIOR_BET_FRACTION / u
     bet_safe = np.clip(-kelly, 0.0, cap)

@@ -208,3 +208,13 @@ def test_the_prior_benchmark_runs_every_prior(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )
     assert bad.returncode == 2 and "matches no family" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("prior", [SlowdownPrior(BOUND, 1e-300), SlowdownPrior(1e300, 5.0), SlowdownPrior(-99.9, 1e300)])
+def test_an_extreme_prior_is_still_a_number(prior: SlowdownPrior) -> None:
+    """A prior sharper, further out or vaguer than floats hold gives finite capital, not NaN."""
+    off, on, base = _windows(30.0, trials=20, seed=9)
+    z = pair_contrasts(off, on, np.ones(off.shape, dtype=bool), base, SETTINGS.bound_ratio)
+    paths = sequential_paths(z, replace(SETTINGS, prior=prior))
+    assert np.isfinite(paths.log_capital_safe).all() and np.isfinite(paths.log_capital_unsafe).all()
+    assert paths.unsafe.any(axis=1).all()
