@@ -66,7 +66,7 @@ def load_estimator(name: str) -> Estimator:
                          field="estimators")
     try:
         obj = ep.load()  # type: ignore[attr-defined]
-        est = obj() if callable(obj) and not isinstance(obj, Estimator) else obj
+        est = obj() if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Estimator)) else obj
     except Exception as exc:
         raise InputError(f"estimator {name!r} (entry point {ep.value}) failed to load: "  # type: ignore[attr-defined]
                          f"{type(exc).__name__}: {exc}", field="estimators") from exc
