@@ -45,9 +45,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from sqlalchemy import Engine, Table, insert  # noqa: E402
 
 from canary._model import PairKey  # noqa: E402
-from evidence_store.engine import make_engine, run_transaction, session_scope, upgrade  # noqa: E402
+from evidence_store.database import make_engine, run_transaction, session_scope  # noqa: E402
 from evidence_store.evidence import record_evidence  # noqa: E402
 from evidence_store.lookup import lookup, lookup_query  # noqa: E402
+from evidence_store.migrate import upgrade  # noqa: E402
 from evidence_store.models import Evidence  # noqa: E402
 from evidence_store.schemas import EvidenceIn  # noqa: E402
 

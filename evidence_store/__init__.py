@@ -15,18 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from canary._model import PairKey
     from evidence_store.certificates import get_certificate, record_certificate
-    from evidence_store.engine import (
-        RetryPolicy,
-        check_schema,
-        current,
-        downgrade,
-        make_engine,
-        open_store,
-        redact,
-        run_transaction,
-        session_scope,
-        upgrade,
-    )
+    from evidence_store.database import RetryPolicy, make_engine, redact, run_transaction, session_scope
     from evidence_store.errors import LeaseLost, ReservationConflict, TransientStoreError
     from evidence_store.evidence import expire, get_evidence, history, mark_stale, record_evidence, revoke
     from evidence_store.journal import (
@@ -38,6 +27,7 @@ if TYPE_CHECKING:
     )
     from evidence_store.location import default_db_url
     from evidence_store.lookup import lookup
+    from evidence_store.migrate import check_schema, current, downgrade, open_store, upgrade
     from evidence_store.reservations import active_reservations, release, reserve, reserved_bytes
     from evidence_store.schemas import (
         CertificateOut,
@@ -58,13 +48,13 @@ _LAZY: dict[str, str] = {
     "ProbeRow": "evidence_store.schemas",
     "ReservationConflict": "evidence_store.errors",
     "ReservationOut": "evidence_store.schemas",
-    "RetryPolicy": "evidence_store.engine",
+    "RetryPolicy": "evidence_store.database",
     "TransientStoreError": "evidence_store.errors",
     "active_reservations": "evidence_store.reservations",
-    "check_schema": "evidence_store.engine",
-    "current": "evidence_store.engine",
+    "check_schema": "evidence_store.migrate",
+    "current": "evidence_store.migrate",
     "default_db_url": "evidence_store.location",
-    "downgrade": "evidence_store.engine",
+    "downgrade": "evidence_store.migrate",
     "expire": "evidence_store.evidence",
     "expired_probes": "evidence_store.journal",
     "get_certificate": "evidence_store.certificates",
@@ -75,19 +65,19 @@ _LAZY: dict[str, str] = {
     "journal_start": "evidence_store.journal",
     "journal_update": "evidence_store.journal",
     "lookup": "evidence_store.lookup",
-    "make_engine": "evidence_store.engine",
+    "make_engine": "evidence_store.database",
     "mark_stale": "evidence_store.evidence",
-    "open_store": "evidence_store.engine",
+    "open_store": "evidence_store.migrate",
     "record_certificate": "evidence_store.certificates",
     "record_evidence": "evidence_store.evidence",
-    "redact": "evidence_store.engine",
+    "redact": "evidence_store.database",
     "release": "evidence_store.reservations",
     "reserve": "evidence_store.reservations",
     "reserved_bytes": "evidence_store.reservations",
     "revoke": "evidence_store.evidence",
-    "run_transaction": "evidence_store.engine",
-    "session_scope": "evidence_store.engine",
-    "upgrade": "evidence_store.engine",
+    "run_transaction": "evidence_store.database",
+    "session_scope": "evidence_store.database",
+    "upgrade": "evidence_store.migrate",
 }
 
 __all__ = [

@@ -8,7 +8,7 @@ changes with a reason; ``superseded_by`` links each record to the next newer one
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select, update
@@ -262,3 +262,14 @@ def mark_stale(session: Session, *, driver_not: str, device_type: str | None = N
         execution_options={"synchronize_session": False},
     )
     return _rowcount(result)
+
+
+def expiring_evidence(session: Session, *, now: datetime, within_s: float) -> list[Evidence]:
+    """Current records that expire within ``within_s`` of ``now`` (not yet expired), soonest first: the
+    pairs the nightly warm job renews before they lapse."""
+    now = to_utc(now)
+    return list(session.scalars(
+        select(Evidence).where(Evidence.status == "current", Evidence.expires_at > now,
+                               Evidence.expires_at <= now + timedelta(seconds=within_s))
+        .order_by(Evidence.expires_at)
+    ).all())

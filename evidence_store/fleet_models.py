@@ -1,8 +1,10 @@
 """ORM models of the node agents' tables: published device snapshots, admission history, driver
 drift events and the warm plans built from history.
 
-Kept beside ``models.py`` (which imports this module at its end, so ``Base.metadata`` is complete for
-Alembic and the schema test). The migration ``2026-12-01_e5a7c9d2b418_agents`` builds these tables.
+Kept apart from the evidence (``models.py``); ``evidence_store.metadata`` imports both, so its
+``METADATA`` is complete for Alembic and the schema test. The migration
+``2026-12-01_e5a7c9d2b418_agents`` builds these tables; their functions are ``published``,
+``admission_log``, ``drift`` and ``warm_plans``.
 
 * ``published_snapshots``: one row per device a node agent owns — the device's current snapshot by
   value, its driver version and when it was taken. ``device_id`` is what probes and reservations are
@@ -11,8 +13,10 @@ Alembic and the schema test). The migration ``2026-12-01_e5a7c9d2b418_agents`` b
   device (node + name) until ``claim_expires_at``, renewed on every heartbeat: a second agent for the
   same device is refused while the claim is live, and a dead agent's claim lapses (migration
   ``2026-12-01_40fac08a1a46_agent_claims``).
-* ``admission_log``: every admission the service answered (documents by value), the source of the
-  hot pairs a driver change revalidates and of ``canary warm --from-history``.
+* ``admission_log``: the admissions the service answered, one row per pair, device, verdict and label
+  for each window of the service's history writer, with how many admissions it stands for and the
+  newest one's request (documents by value); the source of the hot pairs a driver change revalidates
+  and of ``canary warm --from-history``.
 * ``drift_events``: a driver change an agent saw, what it marked stale and the probes it queued.
 * ``warm_plans``: the plan ``canary warm --from-history`` built, stored with its run.
 """
@@ -63,7 +67,7 @@ class AdmissionLog(Base):
     """The newest request of the row's admissions, documents by value."""
     requests: Mapped[int] = mapped_column(Integer, server_default="1")
     """How many admissions the row stands for: the service writes one row per pair, device, verdict and
-    label for each window of its history writer (``fleet.log_admissions``); ``at`` is the newest."""
+    label for each window of its history writer (``admission_log.log_admissions``); ``at`` is the newest."""
 
 
 class DriftEvent(Base):

@@ -9,16 +9,15 @@ runs the probe.
 
 from __future__ import annotations
 
-import datetime as dt
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from canary._model import PairKey
+from canary._model import PairKey, utcnow
 from canary.errors import InputError, ProbeError
-from evidence_store.engine import session_scope
+from evidence_store.database import session_scope
 from evidence_store.errors import LeaseLost
 from evidence_store.leases import lease_until
 from evidence_store.models import ProbeJournal
@@ -133,7 +132,8 @@ def journal_get(session: Session, probe_id: str) -> ProbeRow | None:
 
 
 class StoreJournal:
-    """The journal in the evidence store; ``key_json`` must be a full pair key (``PairKey.as_dict()``)."""
+    """The journal in the evidence store; ``key_json`` is the pair key (a ``PairKey``, or its six parts
+    by name, ``PairKey.as_dict()``). Reads the clock (``utcnow``) for the times it records."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -141,14 +141,14 @@ class StoreJournal:
     def start(
         self,
         probe_id: str,
-        key_json: dict[str, Any],
+        key_json: PairKey | dict[str, Any],
         owner: str,
         lease_s: float,
         pid: int,
         pgid: int,
         budget_json: dict[str, Any],
     ) -> None:
-        key = PairKey.from_dict(key_json)
+        key = key_json if isinstance(key_json, PairKey) else PairKey.from_dict(key_json)
         with session_scope(self.engine) as session:
             journal_start(
                 session,
@@ -159,12 +159,12 @@ class StoreJournal:
                 pid=pid,
                 pgid=pgid,
                 budget_json=budget_json,
-                now=dt.datetime.now(dt.UTC),
+                now=utcnow(),
             )
 
     def heartbeat(self, probe_id: str, lease_s: float) -> None:
         with session_scope(self.engine) as session:
-            journal_heartbeat(session, probe_id, lease_s, dt.datetime.now(dt.UTC))
+            journal_heartbeat(session, probe_id, lease_s, utcnow())
 
     def finish(self, probe_id: str, state: str, result_json: dict[str, Any]) -> None:
         """Close the row; a row recovery already closed (not ``running``) keeps its state."""
@@ -181,5 +181,5 @@ class StoreJournal:
                 probe_id,
                 state=state,
                 result_json=result_json,
-                now=dt.datetime.now(dt.UTC),
+                now=utcnow(),
             )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from sqlalchemy import MetaData
 
 # Imported for their side effect: each module's tables register on ``models.Base``.
-from evidence_store import fleet_models, models, serve_models  # noqa: F401
+from evidence_store import fleet_models, models  # noqa: F401
+from evidence_store.service import models as service_models  # noqa: F401
 
 __all__ = ["METADATA"]
 

@@ -1,7 +1,7 @@
 """Moving evidence between stores: the export stream and the import that never overwrites.
 
 Functions take the caller's ``Session`` and never commit. The file formats (header, signature, line
-checks) live in ``evidence_store.cli_support`` and ``evidence_store.import_check``.
+checks) live in ``evidence_store.export_file`` and ``evidence_store.import_check``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    from evidence_store.engine import default_db_url, make_engine
+    from evidence_store.database import make_engine
+    from evidence_store.location import default_db_url
 
     url = context.config.get_main_option("sqlalchemy.url") or default_db_url()
     engine = make_engine(url, sqlite_foreign_keys=False)

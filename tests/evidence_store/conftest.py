@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from evidence_store.engine import make_engine, upgrade
+from evidence_store.database import make_engine
+from evidence_store.migrate import upgrade
 from tests.evidence_store.evidence_store_testkit import FAST_RETRY
 from tests.support.stores import migrated_sqlite
 

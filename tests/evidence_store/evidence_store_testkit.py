@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from canary._model import PairKey
-from evidence_store.engine import RetryPolicy
+from evidence_store.database import RetryPolicy
 from evidence_store.schemas import EvidenceIn
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_wait_s=0.01, max_wait_s=0.02)

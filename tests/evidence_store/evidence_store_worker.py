@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from evidence_store import reservations
 from evidence_store.certificates import record_certificate
-from evidence_store.engine import RetryPolicy, make_engine, run_transaction, session_scope
+from evidence_store.database import RetryPolicy, make_engine, run_transaction, session_scope
 from evidence_store.errors import ReservationConflict
 from evidence_store.evidence import record_evidence
 from tests.evidence_store.evidence_store_testkit import evidence

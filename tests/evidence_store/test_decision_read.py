@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine
 
 from canary._model import PairKey
-from evidence_store.engine import session_scope
+from evidence_store.database import session_scope
 from evidence_store.evidence import record_evidence
 from evidence_store.lookup import decision_read, key_digest, lookup, pool_candidates
 from evidence_store.reservations import release, reserve, reserved_bytes

@@ -14,7 +14,7 @@ import pytest
 
 from canary._model import PairKey
 from evidence_store.certificates import record_certificate
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.evidence import record_evidence
 from tests.evidence_store.evidence_store_testkit import T0, evidence
 from tests.support.cli import run_in_process

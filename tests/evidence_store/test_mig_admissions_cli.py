@@ -159,7 +159,7 @@ def test_a_placement_booked_after_the_decisions_read_is_seen_under_the_lock(tmp_
     from canary.admission.decisions import hard_fit, settle
     from canary.admission.flow import record_admission, utcnow
     from canary.admission.store import EvidenceAccess
-    from evidence_store.engine import make_engine
+    from evidence_store.database import make_engine
 
     engine = make_engine(migrated_sqlite(tmp_path / "race.sqlite3"))
     try:

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.errors import ReservationConflict
 from evidence_store.reservations import (
     active_reservations,

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from canary.cli import _run, build_parser
-from evidence_store import engine as store_engine
-from evidence_store.engine import RetryPolicy, make_engine, session_scope, upgrade
+from evidence_store import database as store_database
+from evidence_store.database import RetryPolicy, make_engine, session_scope
 from evidence_store.evidence import record_evidence
+from evidence_store.migrate import upgrade
 from evidence_store.reservations import reserve
 from tests.evidence_store.evidence_store_testkit import KEY, T0, evidence
 from tests.support.helpers import free_port
@@ -25,7 +26,7 @@ Run = Callable[..., tuple[int, str, str]]
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
     monkeypatch.setattr(
-        store_engine, "DEFAULT_RETRY", RetryPolicy(attempts=3, initial_wait_s=0.01, max_wait_s=0.02)
+        store_database, "DEFAULT_RETRY", RetryPolicy(attempts=3, initial_wait_s=0.01, max_wait_s=0.02)
     )
 
     def run(*argv: str) -> tuple[int, str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from evidence_store.engine import session_scope
+from evidence_store.database import session_scope
 from evidence_store.evidence import list_evidence, record_evidence
 from evidence_store.models import Certificate, CertificateEvidence, Evidence, Reservation
 from tests.support.subprocesses import Child

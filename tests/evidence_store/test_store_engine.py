@@ -12,20 +12,19 @@ from sqlalchemy import Engine, exc, text
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError, SchemaOutOfDate, StoreUnavailable
-from evidence_store import engine as store_engine
-from evidence_store.engine import (
+from evidence_store import database as store_database
+from evidence_store.database import (
     RetryPolicy,
-    check_schema,
-    default_db_url,
     is_transient,
     make_engine,
     normalize_url,
     redact,
     run_transaction,
     session_scope,
-    upgrade,
 )
 from evidence_store.errors import TransientStoreError
+from evidence_store.location import default_db_url
+from evidence_store.migrate import check_schema, upgrade
 from tests.evidence_store.evidence_store_testkit import FAST_RETRY
 from tests.support.helpers import free_port
 
@@ -233,7 +232,7 @@ def test_check_schema_empty_older_current_and_unknown(empty_url: str) -> None:
 
 
 def test_default_retry_is_bounded() -> None:
-    policy = store_engine.DEFAULT_RETRY
+    policy = store_database.DEFAULT_RETRY
     worst_wait_s = sum(
         min(policy.initial_wait_s * 2**i, policy.max_wait_s) for i in range(policy.attempts - 1)
     )

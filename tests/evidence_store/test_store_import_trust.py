@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import Engine
 
 from canary.errors import InputError
-from evidence_store.cli_support import write_export
-from evidence_store.engine import session_scope
+from evidence_store.database import session_scope
 from evidence_store.evidence import list_evidence, record_evidence
+from evidence_store.export_file import write_export
 from evidence_store.lookup import lookup
 from evidence_store.schemas import EvidenceOut
 from evidence_store.transfer import import_records
@@ -96,7 +96,7 @@ def test_export_to_standard_output_and_refusals(tmp_path: Path) -> None:
 
 
 def test_signed_exports_verify_and_tampering_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evidence_store.cli_support import key_id, read_export
+    from evidence_store.export_file import key_id, read_export
 
     key = b"fleet-key-0123456789abcdef"
     signed = tmp_path / "signed.jsonl"
@@ -126,7 +126,7 @@ def test_signed_exports_verify_and_tampering_is_refused(tmp_path: Path, monkeypa
 def test_the_cli_signs_and_verifies_with_the_operator_key(tmp_path: Path) -> None:
     import subprocess
 
-    from evidence_store.engine import upgrade
+    from evidence_store.migrate import upgrade
     from tests.conftest import canary_cmd, cli_env
 
     keyfile = tmp_path / "fleet.key"
@@ -134,7 +134,7 @@ def test_the_cli_signs_and_verifies_with_the_operator_key(tmp_path: Path) -> Non
     source, target = f"sqlite:///{tmp_path / 'a.sqlite3'}", f"sqlite:///{tmp_path / 'b.sqlite3'}"
     upgrade(source)
     upgrade(target)
-    from evidence_store.engine import make_engine
+    from evidence_store.database import make_engine
 
     eng = make_engine(source)
     try:

@@ -16,16 +16,9 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from evidence_store.engine import (
-    alembic_config,
-    current,
-    downgrade,
-    head_revisions,
-    make_engine,
-    migrations_dir,
-    upgrade,
-)
+from evidence_store.database import make_engine
 from evidence_store.metadata import METADATA
+from evidence_store.migrate import alembic_config, current, downgrade, head_revisions, migrations_dir, upgrade
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,7 +83,7 @@ def test_migrations_run_from_an_installed_copy(tmp_path: Path) -> None:
     workdir.mkdir()
     url = f"sqlite:///{tmp_path / 'installed.sqlite3'}"
     code = (
-        "import migrations, evidence_store.engine as e\n"
+        "import migrations, evidence_store.migrate as e\n"
         f"e.upgrade({url!r})\n"
         f"print(migrations.__file__)\nprint(','.join(e.current({url!r})))\n"
     )
@@ -144,15 +137,15 @@ def test_history_rows_that_count_several_admissions_become_as_many_rows_on_downg
 
     from sqlalchemy import text
 
-    from evidence_store import fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import admission_log
+    from evidence_store.database import session_scope
 
     upgrade(empty_url, "a3e8c1f5d207")
     eng = make_engine(empty_url)
     t0 = dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)
     try:
         with session_scope(eng) as s:
-            fleet.log_admissions(s, [
+            admission_log.log_admissions(s, [
                 {"pair_digest": pair, "key_digests": [pair], "device_type": "h100-sxm", "device_id": "x",
                  "label": pair, "verdict": "admit", "request_json": {"n": n}, "now": t0 + dt.timedelta(seconds=n)}
                 for n, pair in enumerate(["p", "q", "p", "p", "q"])])

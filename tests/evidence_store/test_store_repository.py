@@ -15,7 +15,7 @@ from canary._model import PairKey
 from canary.certificate import Certificate
 from canary.errors import InputError
 from evidence_store.certificates import certificate_digest, get_certificate, record_certificate
-from evidence_store.engine import session_scope
+from evidence_store.database import session_scope
 from evidence_store.errors import LeaseLost, ReservationConflict
 from evidence_store.evidence import (
     expire,

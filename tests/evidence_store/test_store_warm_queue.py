@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from evidence_store import warm_queue
-from evidence_store.engine import session_scope
+from evidence_store.database import session_scope
 from evidence_store.errors import LeaseLost
 from tests.support.paths import EXAMPLES, canary_cmd
 
