@@ -63,6 +63,7 @@ from canary.probe.judge import (
     DecidingRule,
     JudgeSettings,
     Judgment,
+    SlowdownPrior,
     WindowPair,
     judge,
     pair_schedule,
@@ -229,6 +230,7 @@ class _Run:
     rollback_grace_s: float
     schedule_seed: int
     structure: TimeStructure | None = None
+    prior: SlowdownPrior | None = None
     settings: JudgeSettings = field(init=False)
     state: ProbeState | None = None
     transitions: list[Transition] = field(default_factory=list)
@@ -255,7 +257,7 @@ class _Run:
     attribution: str | None = None
 
     def __post_init__(self) -> None:
-        self.settings = JudgeSettings.from_budget(self.budget)
+        self.settings = JudgeSettings.from_budget(self.budget, prior=self.prior)
         self.window_s = self.budget.sampling_window_s
 
     @property
@@ -746,6 +748,7 @@ async def run_probe(
     rollback_grace_s: float = ROLLBACK_GRACE_S,
     schedule_seed: int | None = None,
     structure: TimeStructure | None = None,
+    prior: SlowdownPrior | None = None,
 ) -> ProbeResult:
     """Run one bounded probe and return its result; the candidate is always rolled back.
 
@@ -753,6 +756,8 @@ async def run_probe(
     a simulated probe passes its simulator seed so that a seeded run is reproducible.
     ``structure``: what the two profiles declare about their phases (:class:`~canary.probe.plan.TimeStructure`),
     from which the probe's coverage horizon is chosen; ``None``: unknown, the policy's horizon.
+    ``prior``: what is predicted about the slowdown before the probe (:class:`~canary.probe.judge.SlowdownPrior`);
+    it shapes the judge's bets, never its level (docs/judge-prior.md).
 
     Raises :class:`RollbackFailed` (a ``ProbeError``, exit 4) when the candidate could not be proven
     gone; cancellation and ``KeyboardInterrupt`` propagate after a shielded rollback."""
@@ -774,5 +779,6 @@ async def run_probe(
         rollback_grace_s=rollback_grace_s,
         schedule_seed=schedule_seed if schedule_seed is not None else zlib.crc32(probe_id.encode()),
         structure=structure,
+        prior=prior,
     )
     return await run.execute()

@@ -548,3 +548,15 @@ async def test_an_attributed_slo_breach_within_the_bound_is_no_headroom_not_unsa
     assert result.attribution is not None and result.attribution.startswith("attributed to the candidate")
     assert result.slowdown_estimate_pct is not None and result.slowdown_estimate_pct < 10.0
     assert bench.rollbacks == 1 and result.rollback_verified
+
+
+@pytest.mark.anyio
+async def test_a_prior_reaches_the_judge_and_its_verdict_says_so() -> None:
+    from canary.probe.judge import SlowdownPrior
+
+    bench = Bench(slowdown_pct=0.0)
+    result = await probe(FakeExecutor(bench), FakeMonitor(bench), prior=SlowdownPrior(mean_pct=0.0, sd_pct=2.0))
+    plain = await probe(FakeExecutor(Bench()), FakeMonitor(Bench()))
+    assert result.outcome == plain.outcome == "safe"
+    assert result.judgment is not None and "prior" in result.judgment.reason
+    assert plain.judgment is not None and "prior" not in plain.judgment.reason
