@@ -89,3 +89,21 @@ def test_the_old_probe_queue_is_the_moved_module() -> None:
     from evidence_store.service import probe_queue as after
 
     assert before is after is probe_queue
+
+
+def test_the_store_journal_takes_the_key_itself_or_its_parts(engine: Engine) -> None:
+    """The probe's journal may hand over the ``PairKey`` (a models type now) or its six parts by name;
+    either way the row holds the same key, and a malformed one is refused before anything is written."""
+    from canary.errors import InputError
+    from evidence_store.journal import StoreJournal, journal_get
+    from tests.evidence_store.evidence_store_testkit import KEY
+
+    journal = StoreJournal(engine)
+    journal.start("as-key", KEY, owner="t", lease_s=30, pid=1, pgid=1, budget_json={})
+    journal.start("as-parts", KEY.as_dict(), owner="t", lease_s=30, pid=1, pgid=1, budget_json={})
+    with pytest.raises(InputError, match="regime"):
+        journal.start("bad", {**KEY.as_dict(), "regime": ""}, owner="t", lease_s=30, pid=1, pgid=1, budget_json={})
+    with session_scope(engine, read_only=True) as session:
+        rows = [journal_get(session, probe_id) for probe_id in ("as-key", "as-parts", "bad")]
+    assert rows[0] is not None and rows[1] is not None and rows[2] is None
+    assert rows[0].key == rows[1].key == KEY and rows[0].key_digest == rows[1].key_digest == KEY.digest()
