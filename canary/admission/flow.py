@@ -268,7 +268,7 @@ def predict_pairs(req: Request, engine: Engine | None, evidence: list[PairEviden
 
     estimators = load_estimators(req.policy.estimators)
     reader = StoreReader(engine)
-    outcomes = recorded_outcomes(engine, reader)
+    outcomes = recorded_outcomes(engine, reader, device_types=(req.spec.name,))
     out: dict[str, PredictionRef] = {}
     for resident, e in zip(req.snapshot.residents, evidence, strict=True):
         if e.outcome is not None or resident.profile is None:

@@ -57,13 +57,25 @@ def _measured(rec: EvidenceOut) -> bool:
             and rec.outcome in ("safe", "unsafe"))
 
 
-def transfer_outcomes(records: Sequence[EvidenceOut]) -> list[Outcome]:
-    """The transfer estimator's outcomes: each measured record against the transfer estimate of its
-    key from the records created strictly before it."""
+#: Calibration reads at most this many of a device type's newest measured records (the recomputation
+#: is quadratic in the store's size; the newest outcomes are also the most relevant).
+MAX_TRANSFER_OUTCOMES = 500
+
+
+def transfer_outcomes(records: Sequence[EvidenceOut], *, device_types: Sequence[str] | None = None,
+                      limit: int = MAX_TRANSFER_OUTCOMES) -> list[Outcome]:
+    """The transfer estimator's outcomes: each measured record (of ``device_types``, all when ``None``;
+    the newest ``limit`` of each) against the transfer estimate of its key from the records created
+    strictly before it."""
     out = []
-    for rec in records:
-        if not _measured(rec):
+    taken: dict[str, int] = {}
+    for rec in sorted(records, key=lambda r: (r.created_at, r.id), reverse=True):
+        device = rec.key.device_type
+        if not _measured(rec) or (device_types is not None and device not in device_types):
             continue
+        if taken.get(device, 0) >= limit:
+            continue
+        taken[device] = taken.get(device, 0) + 1
         est = transfer_estimate(rec.key, records, keep=before(rec.created_at))
         if not isinstance(est, Estimate):
             continue
@@ -110,10 +122,13 @@ def _from_certificate(cert: Any, key_digest: str, device_type: str, measured: fl
     return out
 
 
-def recorded_outcomes(engine: Engine | None, reader: StoreReader) -> list[Outcome]:
-    """Every calibration outcome the store holds (empty without a store)."""
+def recorded_outcomes(engine: Engine | None, reader: StoreReader, *,
+                      device_types: Sequence[str] | None = None) -> list[Outcome]:
+    """The calibration outcomes the store holds (of ``device_types``, all when ``None``; empty without
+    a store)."""
     if engine is None:
         return []
-    outcomes = transfer_outcomes(reader.records())
-    outcomes += [o for o in certificate_outcomes(engine) if o.estimator != TRANSFER]
+    outcomes = transfer_outcomes(reader.records(), device_types=device_types)
+    outcomes += [o for o in certificate_outcomes(engine) if o.estimator != TRANSFER
+                 and (device_types is None or o.device_type in device_types)]
     return outcomes
