@@ -505,7 +505,7 @@ def breakdown(url: str, n: int) -> dict[str, dict[str, float]]:
         async with app.router.lifespan_context(app):
             svc = app.state.service
             body = AdmissionRequest.model_validate_json(raw)
-            prepared = decide.prepare(svc, body, probe=True, reserve=False, extra={"reserve": False, "seed": 0})
+            prepared = decide.prepare(svc, body, probe=True, reserve=False, seed=0)
             svc.prepared["admissions"].put(raw, prepared)
             req = prepared.request
             engine = svc.engine
@@ -520,7 +520,7 @@ def breakdown(url: str, n: int) -> dict[str, dict[str, float]]:
                 resolving._documents.clear()  # the first sight of these documents
                 resolving._inline_refs.clear()
                 t = tick()
-                decide.prepare(svc, body, probe=True, reserve=False, extra={"reserve": False, "seed": 0})
+                decide.prepare(svc, body, probe=True, reserve=False, seed=0)
                 note(names[2], t, tick())
                 t = tick()
                 response = await decide.admission(svc, prepared, time.perf_counter())

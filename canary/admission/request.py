@@ -1,4 +1,5 @@
-"""Loading one admission question: the files a CLI names, or the JSON form the service queues and logs.
+"""Loading one admission question: the files a CLI names, or the form the service queues and logs
+(``QueuedRequest``).
 
 A ``Request`` is the device (snapshot + catalog spec, with any ``--resident`` profiles added), the
 candidate profile, the policy and the settled regime. Nothing here reads the evidence store.
@@ -8,10 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from canary._values import value_methods
 from canary.errors import InputError
@@ -126,42 +130,120 @@ FRESH_UNTIL_FIELD = "evidence_fresh_until"
 nightly warm job's window); the probe runner passes it to ``admit_async(evidence_as_of=…)``."""
 
 
-def fresh_until_from_json(data: Mapping[str, object], *, what: str = "queued") -> dt.datetime | None:
-    """``FRESH_UNTIL_FIELD`` of a queued request (timezone-aware), or ``None`` when absent."""
-    value = data.get(FRESH_UNTIL_FIELD)
+def _fresh_until(value: object) -> dt.datetime | None:
+    """The one parser of ``FRESH_UNTIL_FIELD``: an ISO time with its time zone, or ``None``."""
     if value is None:
         return None
-    try:
-        when = dt.datetime.fromisoformat(str(value))
-    except ValueError:
-        raise InputError(f"{value!r} is not an ISO time", file=f"{what} request", field=FRESH_UNTIL_FIELD) from None
+    if isinstance(value, dt.datetime):
+        when = value
+    else:
+        try:
+            when = dt.datetime.fromisoformat(str(value))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO time") from None
     if when.tzinfo is None:
-        raise InputError(f"{value!r} has no time zone", file=f"{what} request", field=FRESH_UNTIL_FIELD)
+        raise ValueError(f"{str(value)!r} has no time zone")
     return when
+
+
+def fresh_until_from_json(data: Mapping[str, object], *, what: str = "queued") -> dt.datetime | None:
+    """``FRESH_UNTIL_FIELD`` alone, read from a stored request as ``QueuedRequest.read`` reads it."""
+    try:
+        return _fresh_until(data.get(FRESH_UNTIL_FIELD))
+    except ValueError as exc:
+        raise InputError(str(exc), file=f"{what} request", field=FRESH_UNTIL_FIELD) from None
+
+
+class QueuedDevice(BaseModel):
+    """The device a queued request was asked about, by value: how it was named and its snapshot then."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    ref: str
+    snapshot: DeviceSnapshot
+
+
+class QueuedRequest(BaseModel):
+    """An admission question as it crosses processes: queued with a probe (``serve_probes``) for another
+    server process or a node agent to run, or kept in the admission history (``admission_log``) for
+    driver-change revalidation and ``canary warm --from-history``. Documents travel by value, checked
+    when the request was accepted; the one name a reader resolves is the policy's.
+
+    ``stored`` is its one writer and ``read`` its one reader. The stored form is the JSON the service
+    has always written (``reserve``, ``seed`` and ``evidence_fresh_until`` may be absent), so rows
+    written before this model read as they are."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: QueuedDevice
+    candidate: WorkloadProfile
+    #: Profiles the request adds to the device's residents (``--resident``; a body's ``residents``).
+    residents: tuple[WorkloadProfile, ...] = ()
+    #: The regime as the request gave it; ``None``: it follows the device (``choose_regime``).
+    regime: str | None = None
+    policy: str
+    #: Book the memory when the probe admits (``False``: evidence warming; nothing is booked).
+    reserve: bool = True
+    seed: int = 0
+    #: Only evidence still fresh at this time counts (``FRESH_UNTIL_FIELD``); ``None``: as of now.
+    evidence_fresh_until: dt.datetime | None = None
+
+    @field_validator("evidence_fresh_until", mode="before")
+    @classmethod
+    def _aware(cls, value: object) -> dt.datetime | None:
+        return _fresh_until(value)
+
+    @classmethod
+    def of(cls, device: ResolvedDevice, candidate: WorkloadProfile, policy: Policy, *,
+           residents: tuple[WorkloadProfile, ...] = (), regime: str | None = None, reserve: bool = True,
+           seed: int = 0, fresh_until: dt.datetime | None = None) -> QueuedRequest:
+        """The question asked about ``device`` (as resolved, before ``residents`` are added to it)."""
+        return cls(device=QueuedDevice(kind=device.kind, ref=device.ref, snapshot=device.snapshot),
+                   candidate=candidate, residents=residents, regime=regime, policy=policy.name, reserve=reserve,
+                   seed=seed, evidence_fresh_until=fresh_until)
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON form kept in the store: the one writer."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def read(cls, data: object, *, what: str = "queued") -> QueuedRequest:
+        """A stored request, validated: the one reader. ``InputError`` names ``what`` request and the
+        field. The documents inside were checked against the document limits when they were accepted,
+        one by one; together they may exceed them, so the limits are not applied again here."""
+        from pydantic import ValidationError
+
+        from canary._model import validation_to_input_error
+
+        file = f"{what} request"
+        if not isinstance(data, Mapping):
+            raise InputError(f"expected a mapping of fields, got {type(data).__name__}", file=file)
+        try:
+            return cls.model_validate_json(json.dumps(dict(data)))
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ValidationError):
+                raise validation_to_input_error(exc, file) from None
+            raise InputError(str(exc), file=file) from None
+
+    def request(self, *, load_policy_fn: Callable[[str], Policy] | None = None) -> Request:
+        """The core's ``Request``: the residents added and the regime settled again, as when it was asked."""
+        from canary.backends import ResolvedDevice
+        from canary.catalog import lookup
+        from canary.policy import load_policy
+
+        snap = self.device.snapshot
+        device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=self.device.ref,
+                                kind=self.device.kind)
+        policy = (load_policy_fn or load_policy)(self.policy)
+        return build_request(device, self.candidate, policy, extra_residents=self.residents, regime=self.regime)
 
 
 def request_from_json(
     data: Mapping[str, object], *, what: str = "queued", load_policy_fn: Callable[[str], Policy] | None = None
 ) -> Request:
-    """Rebuild a queued or logged request (documents by value, checked when they were accepted) — the one
-    reader of the JSON form the service queues and logs. ``what`` names the source in error messages."""
-    from canary._model import validate_document
-    from canary.backends import ResolvedDevice
-    from canary.catalog import lookup
-    from canary.policy import load_policy
-
-    dev = data["device"]
-    assert isinstance(dev, Mapping)
-    snap = validate_document(DeviceSnapshot, dev["snapshot"], file=f"{what} device")
-    device = ResolvedDevice(snapshot=snap, spec=lookup(snap.device_type), ref=dev["ref"], kind=dev["kind"])
-    candidate = validate_document(WorkloadProfile, data["candidate"], file=f"{what} candidate")
-    residents_json = data["residents"]
-    assert isinstance(residents_json, list | tuple)
-    residents = tuple(validate_document(WorkloadProfile, r, file=f"{what} resident") for r in residents_json)
-    policy_ref, regime = data["policy"], data["regime"]
-    assert isinstance(policy_ref, str) and (regime is None or isinstance(regime, str))
-    policy = (load_policy_fn or load_policy)(policy_ref)
-    return build_request(device, candidate, policy, extra_residents=residents, regime=regime)
+    """Rebuild a queued or logged request: ``QueuedRequest.read(data).request()``."""
+    return QueuedRequest.read(data, what=what).request(load_policy_fn=load_policy_fn)
 
 
 def load_request(

@@ -7,9 +7,10 @@ that claims only this node's probes.
   transaction (see ``revalidate``). Then the agent runs the fleet's recovery: running probes whose
   lease expired are aborted (any agent or server may do this; the probe is never re-run elsewhere),
   and queued probes whose agent went silent or drains are aborted with that reason.
-* **Probes**: the service's probe runner (``canary.serve.probes.ProbeRunner``) with one difference —
-  it claims ``claim_next(devices=<this node's devices>)``, so a probe only ever runs on the node whose
-  GPU it names. It renews the lease every third of ``lease_s``; a lease lost means the probe stops.
+* **Probes**: the probe runner the service runs too (``canary.fleetwork.runner.ProbeRunner``) with one
+  difference — it claims only this node's devices (``claim_devices``), so a probe only ever runs on the
+  node whose GPU it names. It renews the lease every third of ``lease_s``; a lease lost means the probe
+  stops.
 """
 
 from __future__ import annotations
@@ -28,21 +29,20 @@ import anyio
 import anyio.to_thread
 from sqlalchemy import Engine
 
+from canary.admission import utcnow
+from canary.admission.request import QueuedDevice, QueuedRequest
 from canary.agent.config import AgentConfig
 from canary.errors import InputError
+from canary.fleetwork.runner import ProbeRunner, RunnerSettings, claim_devices
 from canary.policy import Policy, load_policy
 from canary.snapshot import DeviceSnapshot
-from evidence_store import fleet, probe_queue
+from evidence_store import fleet
 from evidence_store.engine import session_scope
 
 log = logging.getLogger("canary.agent")
 
 _LIVE_PREFIXES = ("nvml:", "cuda:", "rocm:")
 PRUNE_EVERY_S = 3600.0
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def read_device(source: str, now: dt.datetime) -> DeviceSnapshot:
@@ -79,12 +79,17 @@ def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, po
     probes: list[dict[str, Any]] = []
     own_uuid = pub.snapshot_json.get("uuid")
     for hot in fleet.hot_pairs(session, since=history_since, device_type=pub.device_type, limit=budget):
-        logged = dict(hot.request_json["device"]["snapshot"])
-        logged.update({"driver_version": new_driver, "uuid": own_uuid, "taken_at": pub.taken_at.isoformat()})
-        request_json = {**hot.request_json, "device": {"kind": "published", "ref": pub.ref, "snapshot": logged},
-                        "reserve": False, "seed": int(hot.request_json.get("seed", 0))}
+        try:
+            logged = QueuedRequest.read(hot.request_json, what="logged")
+        except InputError as exc:  # a history row this version cannot read: the others are still revalidated
+            log.warning("revalidation of %s skipped: %s", hot.label, exc)
+            continue
+        snapshot = logged.device.snapshot.model_copy(update={
+            "driver_version": new_driver, "uuid": own_uuid, "taken_at": pub.taken_at})
+        queued = logged.model_copy(update={
+            "device": QueuedDevice(kind="published", ref=pub.ref, snapshot=snapshot), "reserve": False})
         ticket, joined = fleet.submit_and_notify(session, digest=hot.pair_digest, device_id=pub.device_id,
-                                                 request_json=request_json, now=now)
+                                                 request_json=queued.stored(), now=now)
         probes.append({"probe_id": ticket.id, "pair_digest": hot.pair_digest, "key_digests": list(hot.key_digests),
                        "label": hot.label, "requests": hot.requests, "joined": joined,
                        "device_id": ticket.device_id})
@@ -118,10 +123,6 @@ def _wait_notify(conn: Any) -> list[str]:
 class Agent:
     def __init__(self, config: AgentConfig, engine: Engine, *,
                  on_drift: Callable[[DriftOutcome], object] | None = None) -> None:
-        from canary.serve.config import ServeConfig
-        from canary.serve.metrics import Metrics
-        from canary.serve.probes import ProbeRunner
-
         self.config = config
         self.engine = engine
         self.policy = load_policy(config.policy)
@@ -130,20 +131,14 @@ class Agent:
         self.draining = False
         self.on_drift = on_drift
         self.last_errors: dict[str, str] = {}
-        runner_config = ServeConfig(probe_lease_s=config.lease_s, sim_time_scale=config.sim_time_scale,
-                                    max_concurrent_probes=max(1, len(config.devices)),
-                                    agent_silence_s=self.policy.snapshot_max_age_s)
-        agent = self
+        settings = RunnerSettings(lease_s=config.lease_s, max_concurrent=max(1, len(config.devices)),
+                                  sim_time_scale=config.sim_time_scale,
+                                  agent_silence_s=self.policy.snapshot_max_age_s)
+        # this node's devices only, none while it drains; an agent publishes no metrics
+        self.runner = ProbeRunner(engine, settings, owner=self.owner, claim=claim_devices(self._claimable))
 
-        class AgentRunner(ProbeRunner):
-            def _claim(self, session: Any) -> Any:
-                if agent.draining or not agent.device_ids:
-                    return None
-                return probe_queue.claim_next(session, owner=self.owner, lease_s=self.config.probe_lease_s,
-                                              now=utcnow(), clock=utcnow, devices=sorted(agent.device_ids))
-
-        self.runner = AgentRunner(engine, runner_config, Metrics())
-        self.runner.owner = self.owner
+    def _claimable(self) -> set[str]:
+        return set() if self.draining else self.device_ids
 
     def claim(self) -> None:
         """Refuse to start while another live agent holds one of this node's devices (``DeviceClaimed``

@@ -156,7 +156,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from canary.agent.agent import utcnow
+    from canary.admission import utcnow
     from canary.tables import table
     from evidence_store import fleet
     from evidence_store.engine import session_scope

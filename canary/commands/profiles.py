@@ -30,17 +30,11 @@ def add_parser(sub: Any) -> None:
     show.set_defaults(handler=run_show)
 
 
-def _trusted(profile: Any, field: str) -> Any:
-    from canary.serve.resolve import _check_trust
-
-    return _check_trust(profile, field)
-
-
 def run_put(args: argparse.Namespace) -> int:
-    from canary.admission import open_store_for_writing
+    from canary.admission import open_store_for_writing, utcnow
     from canary.errors import InputError
+    from canary.serve.resolve import registry_document
     from evidence_store import registry
-    from evidence_store.cli_support import utc_now
     from evidence_store.engine import session_scope
 
     if args.snapshot:
@@ -49,20 +43,18 @@ def run_put(args: argparse.Namespace) -> int:
         if not args.name or not args.version:
             raise InputError("a snapshot needs --name and --version", field="--name")
         snap = load_snapshot(args.file)
-        for i, r in enumerate(snap.residents):
-            if r.profile is not None:
-                _trusted(r.profile, f"{args.file}: residents[{i}].profile")
-        kind, name, version, document = "snapshot", args.name, args.version, snap.model_dump(mode="json")
+        kind, name, version, document = "snapshot", args.name, args.version, registry_document(snap, file=args.file)
     else:
         from canary.profile import load_profile
 
-        profile = _trusted(load_profile(args.file), args.file)
-        kind, name, version, document = "profile", profile.name, profile.version, profile.model_dump(mode="json")
+        profile = load_profile(args.file)
+        kind, name, version, document = "profile", profile.name, profile.version, registry_document(
+            profile, file=args.file)
     engine = open_store_for_writing(args.db)
     try:
         with session_scope(engine) as session:
             entry, created = registry.put(session, kind=kind, name=name, version=version, document=document,
-                                          now=utc_now())
+                                          now=utcnow())
     finally:
         engine.dispose()
     sys.stdout.write(f"{'stored' if created else 'already stored'} {kind} {entry.ref} (digest {entry.digest[:12]})\n")

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from canary.admission.request import QueuedRequest
 from canary.errors import InputError
 from canary.jobs.warm import PairOutcome, WarmReport
 
@@ -53,7 +54,7 @@ class PlanEntry:
     requests: int
     last_requested_at: dt.datetime
     expires_at: dt.datetime | None
-    request_json: dict[str, Any]
+    request: QueuedRequest  # as it was asked, documents by value
 
     def summary(self) -> dict[str, Any]:
         return {"pair_digest": self.pair_digest, "label": self.label, "device_type": self.device_type,
@@ -70,8 +71,11 @@ def build_plan(session: Any, *, now: dt.datetime, since_s: float, expiring_withi
     if top < 1:
         raise InputError(f"must be at least 1, got {top}", field="--top")
     hot = fleet.hot_pairs(session, since=now - dt.timedelta(seconds=since_s), limit=top)
-    plan = [PlanEntry(h.pair_digest, h.label, h.device_type, str(h.request_json["device"]["ref"]), "requested",
-                      h.requests, h.last_at, None, h.request_json) for h in hot]
+    plan = []
+    for h in hot:
+        logged = QueuedRequest.read(h.request_json, what="logged")
+        plan.append(PlanEntry(h.pair_digest, h.label, h.device_type, logged.device.ref, "requested", h.requests,
+                              h.last_at, None, logged))
     if expiring_within_s is None:
         return plan
     chosen = {e.pair_digest for e in plan}
@@ -88,8 +92,9 @@ def build_plan(session: Any, *, now: dt.datetime, since_s: float, expiring_withi
         if row.pair_digest not in extra or when < extra[row.pair_digest][0]:
             extra[row.pair_digest] = (when, row)
     for digest, (when, row) in sorted(extra.items(), key=lambda kv: (kv[1][0], kv[0]))[:top]:
-        plan.append(PlanEntry(digest, row.label, row.device_type, str(row.request_json["device"]["ref"]),
-                              "expiring", 0, row.at, when, dict(row.request_json)))
+        logged = QueuedRequest.read(row.request_json, what="logged")
+        plan.append(PlanEntry(digest, row.label, row.device_type, logged.device.ref, "expiring", 0, row.at, when,
+                              logged))
     return plan
 
 
@@ -98,7 +103,9 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                             progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
     """Run the plan. ``fresh_until`` (the plan's build time + ``--expiring-within``): evidence that
     expires before it does not count as fresh, so those pairs are probed again; ``None``: as of now."""
-    from canary.admission import FRESH_UNTIL_FIELD, admit_async, utcnow
+    from canary._model import validate_document
+    from canary.admission import admit_async, utcnow
+    from canary.snapshot import DeviceSnapshot
     from evidence_store import fleet
     from evidence_store.engine import session_scope
 
@@ -120,11 +127,12 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                 if pub is None:
                     outcome = PairOutcome(index, entry.label, "error", f"no agent publishes {ref} any more")
                 else:
-                    request_json = {**entry.request_json, "reserve": False}
-                    request_json["device"] = {**request_json["device"], "snapshot": pub.snapshot_json}
-                    if fresh_until is not None:  # the agent looks evidence up as of the same time
-                        request_json[FRESH_UNTIL_FIELD] = fresh_until.isoformat()
-                    if not _needs_probe(request_json, engine, fresh_until):
+                    # the device as its agent publishes it now; the agent looks evidence up as of the same time
+                    snapshot = validate_document(DeviceSnapshot, pub.snapshot_json, file=f"published snapshot {ref}")
+                    queued = entry.request.model_copy(update={
+                        "device": entry.request.device.model_copy(update={"snapshot": snapshot}),
+                        "reserve": False, "evidence_fresh_until": fresh_until})
+                    if not _needs_probe(queued, engine, fresh_until):
                         outcome = PairOutcome(index, entry.label, "fresh", "fresh evidence already covers every "
                                               "resident under the device's current driver"
                                               + _until(fresh_until))
@@ -135,7 +143,7 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                             progress(outcome, len(plan))
                         continue
                     ticket, joined = fleet.submit_and_notify(session, digest=entry.pair_digest,
-                                                             device_id=pub.device_id, request_json=request_json,
+                                                             device_id=pub.device_id, request_json=queued.stored(),
                                                              now=utcnow())
                     outcome = PairOutcome(index, entry.label, "queued", f"queued for {ref}'s agent as probe "
                                           f"{ticket.id}" + (" (joined a live probe)" if joined else ""))
@@ -143,7 +151,7 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
             outcome = PairOutcome(index, entry.label, "skipped-budget", "the job's time budget ran out")
         else:
             try:
-                req = request_from_json(entry.request_json)
+                req = entry.request.request()
                 cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index,
                                          evidence_as_of=fresh_until)
                 if cert.hard_fit == "no":
@@ -173,23 +181,16 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
     return report
 
 
-def request_from_json(data: dict[str, Any]) -> Any:
-    """Rebuild a logged request (documents by value, checked when the service accepted them)."""
-    from canary.admission import request_from_json as rebuild
-
-    return rebuild(data, what="logged")
-
-
 def _until(fresh_until: dt.datetime | None) -> str:
     return "" if fresh_until is None else f" (fresh until {fresh_until.isoformat(timespec='seconds')})"
 
 
-def _needs_probe(request_json: dict[str, Any], engine: Any, fresh_until: dt.datetime | None = None) -> bool:
+def _needs_probe(queued: QueuedRequest, engine: Any, fresh_until: dt.datetime | None = None) -> bool:
     """Whether some pair of the request lacks evidence that is fresh until ``fresh_until`` (default:
     now); then the agent must probe it."""
     from canary.admission import EvidenceAccess, pairs_to_probe, utcnow
 
-    req = request_from_json(request_json)
+    req = queued.request()
     return bool(pairs_to_probe(req, EvidenceAccess.over(engine), utcnow(), evidence_as_of=fresh_until))
 
 

@@ -1,4 +1,5 @@
-"""Bearer tokens with scopes: ``read``, ``fit``, ``admit``, ``feedback``, ``admin`` (admin implies all).
+"""Bearer tokens with scopes: ``read``, ``fit``, ``admit``, ``feedback``, ``admin`` (admin implies all);
+the check itself is ``canary.serve.deps.authorize``.
 
 The store keeps only scrypt hashes (``evidence_store.tokens``). A verified token is cached in this
 process, keyed by the SHA-256 of the token, for ``token_cache_s``: the slow hash is paid once per
@@ -12,11 +13,8 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import anyio.to_thread
-
-from evidence_store.tokens import TokenInfo
+from evidence_store.service.tokens import TokenInfo
 
 SCOPE_IMPLIES = {"admin": {"read", "fit", "admit", "feedback", "admin"}, "admit": {"admit", "fit", "read"},
                  "fit": {"fit", "read"}, "feedback": {"feedback", "read"}, "read": {"read"}}
@@ -73,30 +71,3 @@ class HttpProblem(Exception):
         self.status = status
         self.detail = detail
         self.headers = headers or {}
-
-
-async def authorize(svc: Any, headers: Any, scope: str, *, extender: bool = False) -> None:
-    """The request's ``Authorization: Bearer`` token grants ``scope`` (unless auth is off for these
-    routes), else ``HttpProblem`` 401 (no token, or an unknown, revoked or expired one) or 403 (a
-    token without the scope). The slow hash and the store read run off the event loop, once per token
-    and ``token_cache_s``."""
-    mode = svc.config.extender_auth if extender else svc.config.auth
-    if mode == "none":
-        return
-    header = headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        svc.metrics.auth_failures.labels("missing").inc()
-        raise HttpProblem(401, "a bearer token is required (Authorization: Bearer cnr_…); see canary tokens create",
-                          {"WWW-Authenticate": "Bearer"})
-    now = dt.datetime.now(dt.UTC)
-    known, info = svc.tokens.cached(token, now)
-    if not known:
-        info = await anyio.to_thread.run_sync(svc.tokens.check, token, now)
-    if info is None:
-        svc.metrics.auth_failures.labels("invalid").inc()
-        raise HttpProblem(401, "the token is unknown, revoked or expired", {"WWW-Authenticate": "Bearer"})
-    if scope not in granted(info.scopes):
-        svc.metrics.auth_failures.labels("scope").inc()
-        raise HttpProblem(403, f"token {info.id} lacks scope '{scope}' (it has: {', '.join(sorted(info.scopes))})")

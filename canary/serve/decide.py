@@ -26,10 +26,8 @@ the OpenAPI document, status codes, error bodies — is the endpoint's either wa
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -42,96 +40,33 @@ from canary.admission.decisions import Decision, PairEvidence, make_certificate,
 from canary.admission.flow import record_admission, utcnow
 from canary.admission.store import BOOKED_SOURCE, EvidenceAccess, evidence_from_rows, request_keys
 from canary.certificate import Certificate, HardFit
-from canary.serve.auth import authorize
-from canary.serve.resolve import Resolved, cached_policy
+from canary.serve.bodies import Prepared, pinned
+from canary.serve.deps import authorize
+from canary.serve.resolve import Resolved
+from canary.serve.schemas import DecisionRequest
+from canary.serve.service import Service
 
 if TYPE_CHECKING:
     from canary.admission.request import Request as Question
     from evidence_store.keys import PairKey
-    from evidence_store.probe_queue import ProbeTicket
+    from evidence_store.service.probe_queue import ProbeTicket
 
-#: Most bodies ``PreparedBodies`` keeps per route; when full it starts over rather than grow.
-PREPARED_BODIES = 1024
-
-
-@dataclass(frozen=True, eq=False)
-class Prepared:
-    """One request body, validated and resolved: what every decision on it needs but the store and the
-    clock."""
-
-    resolved: Resolved
-    keys: tuple[PairKey | None, ...]  # each resident's pair key with the candidate (None: unprofiled)
-    digests: tuple[str, ...]  # the keyed residents' key digests: the decision read's parameters
-    probe: bool
-    reserve: bool
-    history: dict[str, Any] | None  # the admission history's row, but its verdict and time
-    kept: bool  # its resolution cannot change: PreparedBodies may keep it
-
-    @property
-    def request(self) -> Any:
-        return self.resolved.request
-
-    def current(self) -> bool:
-        """Whether the resolution still holds: the policy file it was decided under is unchanged (the
-        documents cannot change; see the module's docstring)."""
-        policy = self.resolved.request.policy
-        return cached_policy(policy.name) is policy
-
-
-def _pinned(value: Any, *, device: bool = False) -> bool:
-    """A body part that resolves to the same document whenever it is sent: a document by value, a
-    ``name@version`` registry reference, or (a device) a catalog name. A bare registry name means the
-    newest version, and ``agent:`` devices are what node agents publish now: neither is pinned."""
-    if not isinstance(value, str):
-        return True
-    name, at, version = value.partition("@")
-    if at:
-        return bool(name and version)
-    return device and not value.startswith("agent:")
-
-
-def prepare(svc: Any, body: Any, *, probe: bool, reserve: bool, extra: dict[str, Any] | None = None) -> Prepared:
+def prepare(svc: Service, body: DecisionRequest, *, probe: bool, reserve: bool, seed: int = 0) -> Prepared:
     """Resolve a validated body (blocking: registry reads) into what its decisions need."""
-    from canary.serve.fleet import history_row
+    from canary.serve.history import history_row
     from evidence_store.lookup import key_digest
 
-    resolved = svc.resolve(body, extra=extra)
+    resolved = svc.resolve(body, reserve=reserve, seed=seed)
     keys = request_keys(resolved.request)
 
-    kept = (_pinned(body.device, device=True) and _pinned(body.candidate)
-            and all(_pinned(r) for r in body.residents))
+    kept = (pinned(body.device, device=True) and pinned(body.candidate)
+            and all(pinned(r) for r in body.residents))
     return Prepared(resolved=resolved, keys=keys, digests=tuple(key_digest(k) for k in keys if k is not None),
-                    probe=probe, reserve=reserve, history=history_row(svc, resolved, keys), kept=kept)
+                    probe=probe, reserve=reserve, kept=kept,
+                    history=history_row(resolved, keys) if svc.config.log_admissions else None)
 
 
-class PreparedBodies:
-    """Prepared request bodies by the SHA-256 of their exact bytes (one instance per route)."""
-
-    def __init__(self, size: int = PREPARED_BODIES) -> None:
-        self._size = size
-        self._entries: dict[bytes, Prepared] = {}
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, raw: bytes) -> Prepared | None:
-        """The prepared body of exactly these bytes, if kept and still current."""
-        prepared = self._entries.get(hashlib.sha256(raw).digest())
-        if prepared is None or not prepared.current():
-            return None
-        return prepared
-
-    def put(self, raw: bytes, prepared: Prepared) -> bool:
-        """Keep ``prepared`` for these bytes when its resolution cannot change; whether it was kept."""
-        if not prepared.kept:
-            return False
-        if len(self._entries) >= self._size:
-            self._entries.clear()
-        self._entries[hashlib.sha256(raw).digest()] = prepared
-        return True
-
-
-async def _read(svc: Any, prepared: Prepared) -> tuple[Question, HardFit, list[PairEvidence], dt.datetime]:
+async def _read(svc: Service, prepared: Prepared) -> tuple[Question, HardFit, list[PairEvidence], dt.datetime]:
     """The request as of the store, stage 1 and the pooled evidence of ``prepared``, from one read of the
     store begun after this call (``DecisionReads.read``), and the read's time.
 
@@ -153,25 +88,25 @@ async def _read(svc: Any, prepared: Prepared) -> tuple[Question, HardFit, list[P
     return req, hard, evidence, read.at
 
 
-def _with_mig_bookings(svc: Any, req: Question) -> Question:
+def _with_mig_bookings(svc: Service, req: Question) -> Question:
     """``req`` with the MIG instances booked on its device now (blocking: one statement)."""
     with svc.metrics.store_op("mig_bookings"):
         return EvidenceAccess.over(svc.engine).with_mig_bookings(req, utcnow())
 
 
-def _certificate(svc: Any, endpoint: str, cert: Certificate, t0: float) -> Response:
+def _certificate(svc: Service, endpoint: str, cert: Certificate, t0: float) -> Response:
     svc.metrics.decided(endpoint, cert, time.perf_counter() - t0)
     return Response(cert.model_dump_json(), media_type="application/json")  # compact: the CLI indents its JSON
 
 
-async def fit(svc: Any, prepared: Prepared, t0: float) -> Response:
+async def fit(svc: Service, prepared: Prepared, t0: float) -> Response:
     """Stage 1 and the evidence, never a probe (``canary fit``): the certificate."""
     req, hard, evidence, at = await _read(svc, prepared)
     cert = make_certificate(req, hard, settle(req, hard, evidence).decision, at)
     return _certificate(svc, "fit", cert, t0)
 
 
-async def admission(svc: Any, prepared: Prepared, t0: float) -> Response:
+async def admission(svc: Service, prepared: Prepared, t0: float) -> Response:
     """Both stages (``canary admit``): the certificate, or 202 and the probe that will settle it."""
     looked_at = utcnow()  # before the evidence is read: a probe of this pair done since then is joined
     req, hard, evidence, _ = await _read(svc, prepared)
@@ -190,7 +125,7 @@ async def admission(svc: Any, prepared: Prepared, t0: float) -> Response:
     return _certificate(svc, "admissions", cert, t0)
 
 
-def _record(svc: Any, req: Question, hard: HardFit, decision: Decision) -> Certificate:
+def _record(svc: Service, req: Question, hard: HardFit, decision: Decision) -> Certificate:
     with svc.metrics.store_op("admit"):
         return record_admission(req, hard, decision, [], engine=svc.engine, reserve=True,
                                 finished=utcnow())
@@ -200,20 +135,21 @@ def _history(prepared: Prepared, verdict: str) -> dict[str, Any] | None:
     return None if prepared.history is None else {**prepared.history, "verdict": verdict, "now": utcnow()}
 
 
-def queue_probe(svc: Any, resolved: Resolved, keys: list[PairKey], looked_at: Any) -> tuple[ProbeTicket, bool]:
+def queue_probe(svc: Service, resolved: Resolved, keys: list[PairKey],
+                looked_at: dt.datetime) -> tuple[ProbeTicket, bool]:
     """Queue the probe of ``keys`` in the store, or join the one that runs (or ran since ``looked_at``)
     for the same pairs: one probe per pair key across every server process."""
-    from evidence_store import probe_queue
-    from evidence_store.fleet import submit_and_notify  # announces it to a node agent (PostgreSQL)
+    # submit_and_notify: also announces it to a node agent (PostgreSQL)
+    from evidence_store.service.probe_queue import pair_digest, submit_and_notify
 
-    digest = probe_queue.pair_digest(keys)
+    digest = pair_digest(keys)
     submitted: tuple[ProbeTicket, bool] = svc.db("probe_submit", lambda s: submit_and_notify(
         s, digest=digest, device_id=resolved.request.device_id, request_json=resolved.request_json, now=utcnow(),
         since=looked_at))
     return submitted
 
 
-def probe_accepted(svc: Any, ticket: ProbeTicket, joined: bool) -> Response:
+def probe_accepted(svc: Service, ticket: ProbeTicket, joined: bool) -> Response:
     """202 with the probe's state and ``Location``."""
     from canary.serve.probes import probe_status
 
@@ -231,13 +167,13 @@ def probe_accepted(svc: Any, ticket: ProbeTicket, joined: bool) -> Response:
 Fast = Callable[[Request], Awaitable[Response | None]]
 
 
-def kept_body(route: str, scope: str, decide: Callable[[Any, Prepared, float], Awaitable[Response]]) -> Fast:
+def kept_body(route: str, scope: str, decide: Callable[[Service, Prepared, float], Awaitable[Response]]) -> Fast:
     """The fast handler of a decision route: authorize (before anything else is looked at), find the
     body's bytes in the route's ``PreparedBodies``, decide."""
 
     async def handler(request: Request) -> Response | None:
         t0 = time.perf_counter()
-        svc = request.app.state.service
+        svc: Service = request.app.state.service
         await authorize(svc, request.headers, scope)
         if not _json(request.headers.get("content-type")):
             return None  # the endpoint refuses it as FastAPI does: its body is not JSON
@@ -259,7 +195,7 @@ def _json(content_type: str | None) -> bool:
     return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
-async def keep(svc: Any, route: str, request: Request, prepared: Prepared) -> None:
+async def keep(svc: Service, route: str, request: Request, prepared: Prepared) -> None:
     """After the endpoint prepared a body: keep it for its bytes' next arrival, when it may be kept."""
     kept = svc.prepared[route].put(await request.body(), prepared)
     svc.metrics.series(svc.metrics.bodies, route, "prepared" if kept else "not_kept").inc()

@@ -20,28 +20,30 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-import anyio.to_thread
-from fastapi import Depends, FastAPI, Request
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from canary.admission import EvidenceAccess
+from canary.admission.request import QueuedRequest
 from canary.certificate import Certificate
 from canary.errors import CanaryError, InputError
+from canary.policy import Policy
 from canary.regime import parse_regime
+from canary.serve.service import Service
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from canary.admission.flow import Stage1
+    from canary.admission.request import Request as Question
+    from canary.backends import ResolvedDevice
+    from evidence_store.keys import PairKey
+    from evidence_store.service.probe_queue import ProbeTicket
 
 MAX_EXTENDER_PRIORITY = 10
-
-
-async def _service(request: Request) -> Any:
-    """The app's ``Service`` (typed loosely here: importing ``canary.serve.app`` would close a cycle)."""
-    return request.app.state.service
-
-
-Svc = Annotated[Any, Depends(_service)]
 
 
 class _K8s(BaseModel):
@@ -103,7 +105,7 @@ class NodeVerdict:
 
 
 @lru_cache(maxsize=1024)
-def _snapshot_file(path: str, mtime_ns: int) -> Any:
+def _snapshot_file(path: str, mtime_ns: int) -> ResolvedDevice:
     from canary.backends import resolve_device
 
     return resolve_device(path)
@@ -117,18 +119,26 @@ class NodeDevice:
     business and would otherwise reach the scheduler's events. ``error`` when it could not be read."""
 
     label: str
-    device: Any = None
+    device: ResolvedDevice | None = None
     error: CanaryError | None = None
 
 
-def node_devices(svc: Any, node: str, policy: Any = None) -> list[NodeDevice]:
+def published_node_devices(svc: Service, node: str, policy: Policy) -> list[ResolvedDevice]:
+    """The devices node ``node``'s agent publishes but those it drains (stale ones read as unknown)."""
+    from canary.fleetwork.published import published_device
+    from evidence_store.published import list_published
+
+    rows = svc.db("published_list", lambda s: list_published(s, node=node), read_only=True)
+    by_ref = {r.ref: r for r in rows}
+    return [published_device(r.ref, by_ref.get, policy) for r in rows if not r.draining]
+
+
+def node_devices(svc: Service, node: str, policy: Policy) -> list[NodeDevice]:
     """The node's devices from operator configuration, else those its node agent publishes (stale ones
     read as unknown under ``policy``); ``[]`` when neither knows the node."""
     from canary.serve.resolve import _device
 
     if node not in svc.config.nodes:
-        from canary.serve.fleet import published_node_devices
-
         return [NodeDevice(d.ref.removeprefix("agent:"), d) for d in published_node_devices(svc, node, policy)]
     out = []
     for position, ref in enumerate(svc.config.nodes.get(node, ())):
@@ -169,15 +179,44 @@ def _score(cert: Certificate, spec_memory_bytes: int, bound_pct: float) -> int:
     return round(MAX_EXTENDER_PRIORITY * (0.5 * headroom + 0.5 * slowdown_part))
 
 
-def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
-    from canary.admission import build_request, fit, pairs_to_probe
+def decide_device(req: Question, access: EvidenceAccess, now: dt.datetime, *,
+                  stage1: Stage1) -> tuple[Certificate, tuple[PairKey, ...]]:
+    """``canary fit`` of one device and the pair keys a probe would settle, from one read of the store
+    (bookings and evidence in one statement; on a device with MIG on, the instances booked first): the
+    certificate ``canary.admission.fit`` gives and the keys ``pairs_to_probe`` gives, without reading
+    and running stage 1 twice."""
+    from canary.admission.decisions import make_certificate, settle
+
+    req = access.with_mig_bookings(req, now)  # MIG: instances others booked are taken
+    reserved, source, evidence = access.decision_inputs(req, now)
+    hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
+    settled = settle(req, hard, evidence)
+    return make_certificate(req, hard, settled.decision, now), tuple(settled.probe_keys)
+
+
+def _queue_probe(svc: Service, device_id: str, keys: tuple[PairKey, ...], queued: QueuedRequest,
+                 now: dt.datetime) -> ProbeTicket:
+    """Queue the probe of ``keys`` on the device, or join the one queued or running for them."""
+    from evidence_store.service import probe_queue
+
+    def submit(session: Session) -> ProbeTicket:
+        ticket, _ = probe_queue.submit(session, digest=probe_queue.pair_digest(list(keys)), device_id=device_id,
+                                       request_json=queued.stored(), now=now, since=now)
+        return ticket
+
+    ticket: ProbeTicket = svc.db("probe_submit", submit)
+    return ticket
+
+
+def decide_node(svc: Service, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
+    from canary.admission import build_request
     from canary.policy import load_policy
     from canary.serve.resolve import _profile
-    from evidence_store import probe_queue
 
     cfg = svc.config
     notes = pod.metadata.annotations or {}
     ref = notes[cfg.extender_profile_annotation]
+    regime = notes.get(cfg.extender_regime_annotation)
     try:
         candidate = _profile(ref, f"annotation {cfg.extender_profile_annotation}", svc.registry_get)
         policy = load_policy(notes.get(cfg.extender_policy_annotation) or cfg.default_policy)
@@ -193,12 +232,13 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
     any_unknown = any_reject = False
     access = svc.access()
     for named in devices:
-        device = named.device
         try:
             if named.error is not None:
                 raise named.error
-            req = build_request(device, candidate, policy, regime=notes.get(cfg.extender_regime_annotation))
-            cert = fit(req, access, now, stage1=svc.stage1)
+            device = named.device
+            assert device is not None  # a NodeDevice holds a device or an error
+            req = build_request(device, candidate, policy, regime=regime)
+            cert, keys = decide_device(req, access, now, stage1=svc.stage1)
         except CanaryError as exc:
             any_unknown = True
             reasons.append(f"{named.label}: unknown: {_problem(exc)}")
@@ -212,20 +252,11 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
         note = ""
         if cert.verdict == "unknown":
             any_unknown = True
-            if cfg.extender_probe_unknown and cert.hard_fit == "yes":
-                keys = pairs_to_probe(req, access, now)
-                if keys:
-                    request_json: dict[str, Any] = {
-                        "device": {"kind": device.kind, "ref": device.ref,
-                                   "snapshot": device.snapshot.model_dump(mode="json")},
-                        "candidate": candidate.model_dump(mode="json"), "residents": [],
-                        "regime": notes.get(cfg.extender_regime_annotation), "policy": policy.name,
-                        "reserve": False, "seed": 0}
-                    ticket, _ = svc.db("probe_submit", lambda s, k=keys, r=req, j=request_json: probe_queue.submit(
-                        s, digest=probe_queue.pair_digest(k), device_id=r.device_id, request_json=j, now=now,
-                        since=now))
-                    note = f"; probe {ticket.id} is {ticket.state} for this pair, retry later"
-                    svc.runner_wake()
+            if cfg.extender_probe_unknown and cert.hard_fit == "yes" and keys:
+                queued = QueuedRequest.of(device, candidate, policy, regime=regime, reserve=False)
+                ticket = _queue_probe(svc, req.device_id, keys, queued, now)
+                note = f"; probe {ticket.id} is {ticket.state} for this pair, retry later"
+                svc.runner_wake()
         reasons.append(f"{named.label}: {cert.verdict} (limiting resource: {limiting}): {cert.reason}{note}")
     if best >= 0:
         return NodeVerdict(node, True, "admit", best)
@@ -234,7 +265,7 @@ def decide_node(svc: Any, pod: Pod, node: str, now: dt.datetime) -> NodeVerdict:
     return NodeVerdict(node, False, "; ".join(reasons)[:2000], 0)
 
 
-def _node_names(args: ExtenderArgs) -> list[str]:
+def node_names(args: ExtenderArgs) -> list[str]:
     if args.nodenames is not None:
         return list(args.nodenames)
     if args.nodes is not None:
@@ -242,48 +273,5 @@ def _node_names(args: ExtenderArgs) -> list[str]:
     return []
 
 
-def _wants_canary(svc: Any, pod: Pod | None) -> bool:
+def wants_canary(svc: Service, pod: Pod | None) -> bool:
     return pod is not None and svc.config.extender_profile_annotation in (pod.metadata.annotations or {})
-
-
-def add_extender_routes(app: FastAPI, require: Callable[..., Any]) -> None:
-    from canary.serve.probes import utcnow
-
-    deps = [Depends(require("fit", extender=True))]
-
-    @app.post("/v1/extender/filter", tags=["kubernetes"], dependencies=deps, response_model=ExtenderFilterResult,
-              response_model_exclude_none=True)
-    async def extender_filter(args: ExtenderArgs, svc: Svc) -> ExtenderFilterResult:
-        """kube-scheduler's filter verb: nodes where the pod's profile fits now, and why the others do not."""
-        names = _node_names(args)
-        if args.pod is None:
-            return ExtenderFilterResult(nodenames=names if args.nodenames is not None else None, nodes=args.nodes,
-                                        error="ExtenderArgs has no pod")
-        if not _wants_canary(svc, args.pod):
-            return ExtenderFilterResult(nodes=args.nodes, nodenames=names if args.nodenames is not None else None)
-        pod = args.pod
-        now = utcnow()
-        verdicts = await anyio.to_thread.run_sync(lambda: [decide_node(svc, pod, n, now) for n in names],
-                                                  limiter=svc.decisions)
-        passing = {v.node for v in verdicts if v.passes}
-        failed = {v.node: v.reason for v in verdicts if not v.passes}
-        result = ExtenderFilterResult(failedNodes=failed)
-        if args.nodenames is not None:
-            result.nodenames = [n for n in names if n in passing]
-        else:
-            items = args.nodes.items if args.nodes is not None else []
-            result.nodes = NodeList(items=[n for n in items if (n.metadata.name or "") in passing])
-        return result
-
-    @app.post("/v1/extender/prioritize", tags=["kubernetes"], dependencies=deps, response_model=list[HostPriority])
-    async def extender_prioritize(args: ExtenderArgs, svc: Svc) -> list[HostPriority]:
-        """kube-scheduler's prioritize verb: 0..10 per node from memory headroom and predicted slowdown."""
-        names = _node_names(args)
-        if args.pod is None or not _wants_canary(svc, args.pod):
-            return [HostPriority(host=n, score=0) for n in names]
-        pod = args.pod
-        now = utcnow()
-        verdicts = await anyio.to_thread.run_sync(lambda: [decide_node(svc, pod, n, now) for n in names],
-                                                  limiter=svc.decisions)
-        return [HostPriority(host=v.node, score=v.score if v.passes else 0) for v in verdicts]
-

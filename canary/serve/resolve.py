@@ -20,8 +20,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from canary._model import validate_document
-from canary.admission import Request, build_request, request_from_json
+from canary.admission import Request, build_request
+from canary.admission.request import QueuedRequest
 from canary.errors import InputError
+from canary.fleetwork.published import PublishedGet
 from canary.policy import Policy, load_policy
 from canary.profile import WorkloadProfile
 from canary.serve.schemas import DecisionRequest
@@ -36,22 +38,44 @@ _UNTRUSTED_CANARY_FIELDS = ("command", "workdir", "endpoint", "metrics_url", "cu
 @dataclass(frozen=True)
 class Resolved:
     request: Request
-    request_json: dict[str, Any]
+    queued: QueuedRequest  # the question as another process runs it (a queued probe) or history keeps it
+    request_json: dict[str, Any]  # ``queued.stored()``, made once
 
 
-def _check_trust(profile: WorkloadProfile, field: str) -> WorkloadProfile:
+def _at(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def check_trust(profile: WorkloadProfile, field: str, *, file: str | None = None) -> WorkloadProfile:
+    """``profile`` as a request may send it: its probe only simulated, naming no command, file or URL
+    (those come only from operator configuration); ``InputError`` names ``file`` and the field under
+    ``field``."""
     spec = profile.canary
     if spec is None:
         return profile
     if spec.executor != "sim" or spec.monitor != "sim":
         raise InputError(f"executor {spec.executor!r} / monitor {spec.monitor!r}: a request may ask only for "
                          "simulated probes; real executors and monitors come from operator configuration",
-                         field=f"{field}.canary")
+                         file=file, field=_at(field, "canary"))
     for name in _UNTRUSTED_CANARY_FIELDS:
         if getattr(spec, name) is not None:
             raise InputError("a request may not name a command, file or URL; those come only from operator "
-                             "configuration", field=f"{field}.canary.{name}")
+                             "configuration", file=file, field=_at(field, f"canary.{name}"))
     return profile
+
+
+def registry_document(document: WorkloadProfile | DeviceSnapshot, field: str = "", *,
+                      file: str | None = None) -> dict[str, Any]:
+    """The registry-put rule (``POST /v1/profiles``, ``POST /v1/snapshots``, ``canary profiles put``): a
+    request names registry entries, so an entry holds only what a request may send — a profile, and
+    each resident profile of a snapshot, passes ``check_trust``. Returns the JSON to store."""
+    if isinstance(document, WorkloadProfile):
+        check_trust(document, field, file=file)
+    else:
+        for i, resident in enumerate(document.residents):
+            if resident.profile is not None:
+                check_trust(resident.profile, _at(field, f"residents[{i}].profile"), file=file)
+    return document.model_dump(mode="json")
 
 
 #: Most documents ``validated`` keeps; when full it starts over rather than grow.
@@ -111,8 +135,8 @@ def _profile(value: str | dict[str, Any], field: str, registry: RegistryGet) -> 
         doc = registry("profile", name, version or None)
         if doc is None:
             raise InputError(f"no profile {value!r} in the registry (canary profiles put FILE)", field=field)
-        return _check_trust(validated(WorkloadProfile, doc, file=f"registry profile {value}")[0], field)
-    return _check_trust(validated(WorkloadProfile, value, file=field)[0], field)
+        return check_trust(validated(WorkloadProfile, doc, file=f"registry profile {value}")[0], field)
+    return check_trust(validated(WorkloadProfile, value, file=field)[0], field)
 
 
 def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
@@ -140,7 +164,7 @@ def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
         ref = _inline_ref(snap, digest)
     for i, resident in enumerate(snap.residents):
         if resident.profile is not None:
-            _check_trust(resident.profile, f"device.residents[{i}].profile")
+            check_trust(resident.profile, f"device.residents[{i}].profile")
     try:
         spec = lookup(snap.device_type)
     except InputError as exc:
@@ -165,15 +189,16 @@ def _policy(name: str, mtime_ns: int) -> Policy:
     return load_policy(name)
 
 
-def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str,
-            extra: dict[str, Any] | None = None, published: Callable[[str], Any] | None = None) -> Resolved:
+def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str, reserve: bool = True,
+            seed: int = 0, published: PublishedGet | None = None) -> Resolved:
     """The core's ``Request`` for this body; ``InputError`` names the field and the problem.
-    ``published`` looks up devices node agents publish (``agent:NODE/NAME``)."""
+    ``published`` looks up devices node agents publish (``agent:NODE/NAME``); ``reserve`` and ``seed``
+    are the admission's, kept with the queued form."""
     policy = cached_policy(body.policy or default_policy)
     candidate = _profile(body.candidate, "candidate", registry)
     residents = tuple(_profile(r, f"residents[{i}]", registry) for i, r in enumerate(body.residents))
     if isinstance(body.device, str) and body.device.startswith("agent:") and published is not None:
-        from canary.agent.published import published_device
+        from canary.fleetwork.published import published_device
 
         device = published_device(body.device, published, policy)
     else:
@@ -182,17 +207,6 @@ def resolve(body: DecisionRequest, registry: RegistryGet, *, default_policy: str
         req = build_request(device, candidate, policy, extra_residents=residents, regime=body.regime)
     except ValueError as exc:
         raise InputError(str(exc), field="regime") from None
-    request_json = {
-        "device": {"kind": device.kind, "ref": device.ref, "snapshot": device.snapshot.model_dump(mode="json")},
-        "candidate": candidate.model_dump(mode="json"),
-        "residents": [r.model_dump(mode="json") for r in residents],
-        "regime": body.regime,
-        "policy": policy.name,
-        **(extra or {}),
-    }
-    return Resolved(req, request_json)
-
-
-def from_request_json(data: dict[str, Any]) -> Request:
-    """Rebuild a queued request (documents by value, already checked when it was queued)."""
-    return request_from_json(data, what="queued", load_policy_fn=cached_policy)
+    queued = QueuedRequest.of(device, candidate, policy, residents=residents, regime=body.regime, reserve=reserve,
+                              seed=seed)
+    return Resolved(req, queued, queued.stored())

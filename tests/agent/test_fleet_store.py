@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from canary.admission.request import QueuedRequest
 from canary.agent.agent import revalidate
 from canary.policy import load_policy
 from evidence_store import fleet, probe_queue
@@ -113,6 +114,16 @@ def test_hot_pairs_rank_by_count_then_recency(engine: Any) -> None:
         assert [h.pair_digest for h in fleet.hot_pairs(s, since=T0 - dt.timedelta(hours=1), limit=1)] == ["p-three"]
 
 
+def _logged(seed: int = 0) -> dict[str, Any]:
+    """A history row's request as the service stored it before ``QueuedRequest`` (no ``reserve``)."""
+    from canary.profile import load_profile
+    from tests.support.paths import ROOT
+
+    candidate = load_profile(ROOT / "examples" / "profiles" / "embedding-service.yaml").model_dump(mode="json")
+    return {"device": {"kind": "published", "ref": "x", "snapshot": dict(SNAP)}, "candidate": candidate,
+            "residents": [], "regime": None, "policy": "default", "seed": seed}
+
+
 @pytest.mark.parametrize("budget", [0, 1, 5], ids=["none", "one", "more-than-history"])
 def test_revalidation_stays_within_its_budget(engine: Any, budget: int, tmp_path: Any) -> None:
     base = load_policy("default")
@@ -122,8 +133,7 @@ def test_revalidation_stays_within_its_budget(engine: Any, budget: int, tmp_path
             for _ in range(3 - i):
                 fleet.log_admission(s, pair_digest=digest, key_digests=[digest], device_type="h100-sxm",
                                     device_id="x", label=digest[:4], verdict="admit", now=T0,
-                                    request_json={"device": {"ref": "x", "snapshot": dict(SNAP)}, "candidate": {},
-                                                  "residents": [], "regime": None, "policy": "default"})
+                                    request_json=_logged(seed=i))
         _publish(s)
         pub = _publish(s, driver="590.10.01", at=T0 + dt.timedelta(seconds=5))
         assert pub.driver_changed
@@ -137,8 +147,25 @@ def test_revalidation_stays_within_its_budget(engine: Any, budget: int, tmp_path
         for p in out.probes:
             row = probe_queue.get(s, p["probe_id"])
             assert row is not None and row.device_id == pub.published.device_id and row.state == "queued"
-            assert row.request_json["device"]["snapshot"]["driver_version"] == "590.10.01"
-            assert row.request_json["reserve"] is False
+            queued = QueuedRequest.read(row.request_json)
+            assert queued.device.snapshot.driver_version == "590.10.01" and queued.device.ref == pub.published.ref
+            assert queued.reserve is False and queued.seed == ["d1" * 32, "d2" * 32, "d3" * 32].index(p["pair_digest"])
+
+
+def test_a_history_row_that_cannot_be_read_is_skipped_not_fatal(engine: Any) -> None:
+    """A driver change revalidates the rows it can read; one it cannot (its documents no longer valid)
+    is left out with a warning, instead of failing the heartbeat's transaction."""
+    with session_scope(engine) as s:
+        fleet.log_admission(s, pair_digest="e1" * 32, key_digests=["e1" * 32], device_type="h100-sxm",
+                            device_id="x", label="bad", verdict="admit", now=T0,
+                            request_json={**_logged(), "candidate": {"name": "no-memory"}})
+        fleet.log_admission(s, pair_digest="e2" * 32, key_digests=["e2" * 32], device_type="h100-sxm",
+                            device_id="x", label="good", verdict="admit", now=T0, request_json=_logged())
+        _publish(s)
+        pub = _publish(s, driver="590.10.01", at=T0 + dt.timedelta(seconds=5))
+        out = revalidate(s, pub.published, old_driver="580.95.05", policy=load_policy("default"),
+                         now=T0 + dt.timedelta(seconds=5), history_since=T0 - dt.timedelta(days=7))
+    assert [p["label"] for p in out.probes] == ["good"]
 
 
 def _claim(session: Any, agent: str, at: dt.datetime, *, uuid: str | None = "GPU-claimed", name: str = "gpu0",

@@ -57,7 +57,7 @@ def _expected_top(events: list[tuple[int, str]], window_s: int, top: int) -> lis
 
 def _resolved(pair: str) -> Any:
     body = DecisionRequest(device=snapshot_doc(), candidate=profile_doc(version=f"hist-{pair}"))
-    return resolve(body, lambda *_: None, default_policy="default", extra={"reserve": False, "seed": 0})
+    return resolve(body, lambda *_: None, default_policy="default", reserve=False, seed=0)
 
 
 def _evidence(key: Any, probe_id: str, created: dt.datetime, ttl: dt.timedelta) -> EvidenceIn:
@@ -219,7 +219,7 @@ def test_expiring_within_reaches_the_agent_that_runs_the_probe(store_url: str, t
     """The same day on a node agent's device: the warm run queues the expiring pairs (and the pair without
     evidence) for the agent with their fresh-until time, and the agent probes them — it does not answer
     them from the evidence that is still fresh tonight."""
-    from canary.admission import FRESH_UNTIL_FIELD
+    from canary.admission.request import QueuedRequest
     from evidence_store.serve_models import ServeProbe
     from tests.agent.conftest import wait_for, write_device
 
@@ -231,7 +231,7 @@ def test_expiring_within_reaches_the_agent_that_runs_the_probe(store_url: str, t
         with session_scope(engine, read_only=True) as session:
             def on_agent(pair: str) -> Any:
                 body = DecisionRequest(device="agent:n1/gpu0", candidate=profile_doc(version=f"hist-{pair}"))
-                return resolve(body, lambda *_: None, default_policy="default", extra={"reserve": False, "seed": 0},
+                return resolve(body, lambda *_: None, default_policy="default", reserve=False, seed=0,
                                published=lambda ref: fleet.get_by_ref(session, ref))
 
             resolved = {p: on_agent(p) for p in sorted({p for _, p in _recorded()})}
@@ -249,7 +249,8 @@ def test_expiring_within_reaches_the_agent_that_runs_the_probe(store_url: str, t
         rows(store_url, ServeProbe)))
     for p in probes:
         assert p.owner.startswith("agent/n1@"), p.owner
-        assert dt.datetime.fromisoformat(p.request_json[FRESH_UNTIL_FIELD]) > now + dt.timedelta(hours=23)
+        until = QueuedRequest.read(p.request_json).evidence_fresh_until
+        assert until is not None and until > now + dt.timedelta(hours=23)
         assert p.certificate_json["decided_by"] == "canary", p.certificate_json["reason"]
     assert _probed_pairs(store_url, resolved, not_before=before) == expected
 
@@ -276,7 +277,7 @@ def test_needs_probe_as_of_fresh_until(tmp_path: Path, expires_in_h: float, fres
                 record_evidence(session, _evidence(key, f"seed-{i}", created,
                                                               dt.timedelta(hours=expires_in_h + 3)))
         until = None if fresh_until_h is None else now + dt.timedelta(hours=fresh_until_h)
-        assert _needs_probe(r.request_json, engine, until) is needs_probe
+        assert _needs_probe(r.queued, engine, until) is needs_probe
     finally:
         engine.dispose()
 
@@ -287,8 +288,13 @@ def test_needs_probe_as_of_fresh_until(tmp_path: Path, expires_in_h: float, fres
 ])
 def test_a_bad_fresh_until_in_a_queued_request_is_named(value: str, problem: str) -> None:
     from canary.admission import FRESH_UNTIL_FIELD, fresh_until_from_json
+    from canary.admission.request import QueuedRequest
     from canary.errors import InputError
 
+    stored = _resolved("p1").queued.stored()
+    assert QueuedRequest.read(stored).evidence_fresh_until is None
+    with pytest.raises(InputError, match=f"^queued request: field '{FRESH_UNTIL_FIELD}': '{value}' {problem}$"):
+        QueuedRequest.read({**stored, FRESH_UNTIL_FIELD: value})
     with pytest.raises(InputError, match=f"queued request: field '{FRESH_UNTIL_FIELD}': '{value}' {problem}"):
         fresh_until_from_json({FRESH_UNTIL_FIELD: value})
     assert fresh_until_from_json({}) is None

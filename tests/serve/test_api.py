@@ -221,3 +221,57 @@ def test_probe_that_does_not_exist(api: Api) -> None:
         assert c.get("/v1/probes/nope").status_code == 404
         assert c.delete("/v1/probes/nope").status_code == 404
         assert c.get("/v1/probes/nope", params={"wait": "forever"}).status_code == 422
+
+
+_COMMAND = {"executor": "process", "command": ["/bin/sh", "-c", "echo owned"], "monitor": "sim"}
+
+
+def _resident_with(canary: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot whose first resident carries a profile with this ``canary`` section."""
+    doc = snapshot_doc("a-persistent-35pct.yaml")
+    resident = doc["residents"][0] | {"profile": profile_doc("llm-decode.yaml", canary=canary)}
+    return doc | {"residents": [resident, *doc["residents"][1:]]}
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    pytest.param("/v1/profiles", {"document": profile_doc(version="trust-1", canary=_COMMAND)},
+                 "body.document.canary", id="profile-with-a-real-executor"),
+    pytest.param("/v1/profiles", {"document": profile_doc(version="trust-2", canary={
+        "executor": "sim", "monitor": "sim", "metrics_url": "http://169.254.169.254/"})},
+                 "body.document.canary.metrics_url", id="profile-with-a-url"),
+    pytest.param("/v1/snapshots", {"document": _resident_with(_COMMAND), "name": "trust-node", "version": "1"},
+                 "body.document.residents[0].profile.canary", id="snapshot-resident-with-a-command"),
+])
+def test_the_registry_holds_only_what_a_request_may_send(api: Api, path: str, body: dict[str, Any],
+                                                          field: str) -> None:
+    """A request names registry entries, so a put is held to the request's trust rule: refused with the
+    field, and nothing is stored."""
+    with api.client("admin") as c:
+        r = c.post(path, json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"].startswith(f"field '{field}'"), r.text
+        stored = c.get(path).json()
+    assert not any(e["version"] in ("trust-1", "trust-2") or e["name"] == "trust-node" for e in stored), stored
+
+
+@pytest.mark.parametrize(("args", "document", "field"), [
+    pytest.param([], profile_doc(version="trust-cli", canary=_COMMAND), "canary", id="profile"),
+    pytest.param(["--snapshot", "--name", "trust-cli", "--version", "1"], _resident_with(_COMMAND),
+                 "residents[0].profile.canary", id="snapshot"),
+])
+def test_profiles_put_holds_the_same_rule(tmp_path: Any, args: list[str], document: dict[str, Any],
+                                          field: str) -> None:
+    """``canary profiles put`` refuses what ``POST /v1/profiles`` refuses, naming the file and field:
+    exit 2, no traceback, nothing stored."""
+    from tests.support.stores import migrated_sqlite
+
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(document))
+    put = subprocess.run([*canary_cmd(), "--db", url, "profiles", "put", str(path), *args], capture_output=True,
+                         text=True, timeout=120)
+    assert put.returncode == 2, put.stderr
+    assert f"{path}: field '{field}'" in put.stderr and "Traceback" not in put.stderr, put.stderr
+    listed = subprocess.run([*canary_cmd(), "--db", url, "profiles", "list", *(["--snapshots"] if args else [])],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "trust-cli" not in listed.stdout, listed.stdout

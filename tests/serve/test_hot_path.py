@@ -18,7 +18,7 @@ from sqlalchemy import event, func, select, text
 from canary.errors import InputError
 from canary.profile import WorkloadProfile
 from canary.serve import resolve as R
-from canary.serve.fleet import AdmissionHistory
+from canary.serve.history import AdmissionHistory
 from canary.snapshot import DeviceSnapshot
 from evidence_store import fleet
 from evidence_store.engine import PING_AFTER_IDLE_S, make_engine, session_scope, upgrade

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from canary.serve.decide import Prepared, PreparedBodies, _pinned
+from canary.serve.bodies import Prepared, PreparedBodies, pinned
 from tests.serve.conftest import Api, profile_doc, snapshot_doc
 
 JSON = {"content-type": "application/json"}
@@ -159,7 +159,7 @@ def test_a_changed_byte_is_a_new_body_validated_anew(api: Api) -> None:
 # ------------------------------------------------------------------ what may be kept
 
 
-@pytest.mark.parametrize(("value", "device", "pinned"), [
+@pytest.mark.parametrize(("value", "device", "kept"), [
     ({"device_type": "h100-sxm"}, True, True),  # a document by value
     ("h100-sxm", True, True),  # a catalog device
     ("node-a-gpu0@7", True, True),  # a snapshot registry reference
@@ -170,12 +170,13 @@ def test_a_changed_byte_is_a_new_body_validated_anew(api: Api) -> None:
     ("@1.0", False, False),
     ("h100-sxm", False, False),  # a profile is never a catalog name
 ])
-def test_what_a_kept_body_may_name(value: Any, device: bool, pinned: bool) -> None:
-    assert _pinned(value, device=device) is pinned
+def test_what_a_kept_body_may_name(value: Any, device: bool, kept: bool) -> None:
+    assert pinned(value, device=device) is kept
 
 
 def _prepared(kept: bool = True) -> Prepared:
     from canary.admission import build_request
+    from canary.admission.request import QueuedRequest
     from canary.backends import ResolvedDevice, idle_snapshot
     from canary.catalog import lookup
     from canary.profile import WorkloadProfile
@@ -183,8 +184,10 @@ def _prepared(kept: bool = True) -> Prepared:
 
     spec = lookup("h100-sxm")
     device = ResolvedDevice(snapshot=idle_snapshot(spec), spec=spec, ref="h100-sxm", kind="catalog")
-    req = build_request(device, WorkloadProfile.model_validate_json(json.dumps(profile_doc())), cached_policy("default"))
-    return Prepared(resolved=Resolved(req, {}), keys=(), digests=(), probe=False, reserve=False, history=None,
+    candidate = WorkloadProfile.model_validate_json(json.dumps(profile_doc()))
+    req = build_request(device, candidate, cached_policy("default"))
+    queued = QueuedRequest.of(device, candidate, req.policy)
+    return Prepared(resolved=Resolved(req, queued, queued.stored()), keys=(), digests=(), probe=False, reserve=False, history=None,
                     kept=kept)
 
 

@@ -1,4 +1,4 @@
-"""Reading devices that node agents publish (used by the service and the extender).
+"""Reading devices that node agents publish (the service's decisions and extender, a node's device list).
 
 A published snapshot is trusted only as long as it is fresh: one older than the policy's
 ``snapshot_max_age_s`` is turned into a snapshot whose residents and used memory are *unknown*
@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from canary._model import validate_document
 from canary.errors import InputError
 from canary.policy import Policy
 from canary.snapshot import DeviceSnapshot
 
-PublishedGet = Callable[[str], Any]  # ref → evidence_store.fleet.Published | None
+if TYPE_CHECKING:
+    from canary.backends import ResolvedDevice
+    from evidence_store.published import Published
+
+PublishedGet = Callable[[str], "Published | None"]  # ref → the row a node agent publishes
 
 
 def stale_view(snap: DeviceSnapshot, age_s: float, limit_s: float) -> DeviceSnapshot:
@@ -26,7 +30,8 @@ def stale_view(snap: DeviceSnapshot, age_s: float, limit_s: float) -> DeviceSnap
     return snap.model_copy(update={"memory_used_bytes": None, "unknown_reasons": reasons})
 
 
-def published_device(ref: str, published: PublishedGet, policy: Policy, now: dt.datetime | None = None) -> Any:
+def published_device(ref: str, published: PublishedGet, policy: Policy,
+                     now: dt.datetime | None = None) -> ResolvedDevice:
     """The ``ResolvedDevice`` for ``agent:NODE/NAME`` from the store; stale snapshots become unknown."""
     from canary.backends import ResolvedDevice
     from canary.catalog import lookup
