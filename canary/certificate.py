@@ -187,7 +187,8 @@ class PriorRef(Model):
     mean_pct: float
     sd_pct: float
     estimator: str = Field(description="the estimator whose calibrated interval the prior was made from")
-    applied: bool = Field(description="whether the probe's judge took the prior")
+    applied: bool = Field(description="whether the probe's judge took the prior (it shapes the judge's bets, "
+                          "never its error bound: docs/judge-prior.md)")
     note: str = ""
 
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from canary.estimate import Assessment
     from canary.policy import RiskBudget
     from canary.probe.interfaces import Journal, Monitor
+    from canary.probe.judge import SlowdownPrior
     from canary.probe.orchestrator import ProbeProgress
     from evidence_store.keys import PairKey
 
@@ -293,22 +294,18 @@ def prediction_ref(a: Assessment, level: float) -> PredictionRef:
         inputs=est.inputs, detail=est.detail)
 
 
-def _prior_of(prediction: PredictionRef | None) -> tuple[object | None, PriorRef | None]:
+def _prior_of(prediction: PredictionRef | None) -> tuple[SlowdownPrior | None, PriorRef | None]:
     """The judge prior of a calibrated prediction (``SlowdownPrior``) and its certificate form; an
     uncalibrated prediction gives none (it may order work, never shape a decision)."""
     if prediction is None or not prediction.calibrated or prediction.calibrated_interval_pct is None:
         return None, None
-    from statistics import NormalDist
-
-    from canary.probe.judge import SlowdownPrior
+    from canary.estimate import prior_from_interval
 
     lo, hi = prediction.calibrated_interval_pct
     level = prediction.confidence_level or 0.95
-    sd = max((hi - lo) / (2 * NormalDist().inv_cdf((1 + level) / 2)), 0.1)
-    mean = max((lo + hi) / 2, -99.0)
-    return SlowdownPrior(mean, sd), PriorRef(mean_pct=mean, sd_pct=sd, estimator=prediction.estimator, applied=False,
-                                             note=f"from {prediction.estimator}'s calibrated interval {lo:.1f}% to "
-                                                  f"{hi:.1f}% at {level:g}")
+    prior = prior_from_interval(lo, hi, level)
+    return prior, PriorRef(mean_pct=prior.mean_pct, sd_pct=prior.sd_pct, estimator=prediction.estimator, applied=True,
+                           note=f"from {prediction.estimator}'s calibrated interval {lo:.1f}% to {hi:.1f}% at {level:g}")
 
 
 async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal: Journal, progress: ProgressFn,
@@ -317,7 +314,6 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
     """One bounded probe of (``resident``, the candidate), journaled; the sim executor/monitor run on a
     simulated device built by the sim adapters (``canary.probe.simlink``). A calibrated ``prediction``
     becomes the judge's prior where the probe takes one; the prediction comes back saying so."""
-    import inspect
     import uuid
 
     from canary.probe import make_executor, make_monitor
@@ -345,14 +341,6 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         monitor = monitor_wrapper(monitor)
     slo = resident.profile.slo.latency_p99_ms if resident.profile.slo else None
     prior, prior_ref = _prior_of(prediction)
-    extra: dict[str, object] = {}
-    if prior is not None and prior_ref is not None:
-        if "prior" in inspect.signature(run_probe).parameters:
-            extra["prior"] = prior
-            prior_ref = prior_ref.model_copy(update={"applied": True})
-        else:
-            prior_ref = prior_ref.model_copy(update={
-                "note": prior_ref.note + "; not applied: this probe's orchestrator takes no judge prior"})
     if prediction is not None:
         prediction = prediction.model_copy(update={"used_as": "prior" if prior_ref is not None else "order-only",
                                                    "prior": prior_ref})
@@ -368,7 +356,7 @@ async def _probe_pair(req: Request, resident: Resident, key: PairKey, *, journal
         slo_latency_p99_ms=slo if (budget.rollback_on_slo_violation and slo) else None,
         schedule_seed=seed if sim_device is not None else None,
         structure=TimeStructure.of(req.candidate, resident.profile),
-        **extra,  # type: ignore[arg-type]
+        prior=prior,
     )
     return ProbeRun(resident.name, key, result), prediction
 

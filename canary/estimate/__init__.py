@@ -104,19 +104,15 @@ class Assessment:
         """The calibrated interval, or the raw one (for ordering only)."""
         return self.calibrated_interval or (self.estimate.lo_pct, self.estimate.hi_pct)
 
-    def prior(self, confidence: float) -> SlowdownPrior | None:
-        """A ``SlowdownPrior`` from the calibrated interval at ``confidence`` (mean: its middle; sd:
-        its half-width over the normal quantile); ``None`` when uncalibrated or the judge takes none."""
-        interval = self.calibrated_interval
-        if interval is None:
-            return None
-        try:
-            from canary.probe.judge import SlowdownPrior
-        except ImportError:
-            return None
-        lo, hi = interval
-        z = _normal_quantile((1 + confidence) / 2)
-        return SlowdownPrior((lo + hi) / 2, max((hi - lo) / (2 * z), 0.1))
+
+def prior_from_interval(lo_pct: float, hi_pct: float, level: float) -> SlowdownPrior:
+    """The judge prior of a calibrated interval at ``level``: the mean at its middle (at least −99%),
+    the standard deviation its half-width over the normal quantile of ``(1 + level) / 2`` (at least
+    0.1 points)."""
+    from canary.probe.judge import SlowdownPrior
+
+    z = _normal_quantile((1 + level) / 2)
+    return SlowdownPrior(max((lo_pct + hi_pct) / 2, -99.0), max((hi_pct - lo_pct) / (2 * z), 0.1))
 
 
 def _normal_quantile(p: float) -> float:
@@ -190,6 +186,7 @@ __all__ = [
     "calibrate",
     "load_estimator",
     "load_estimators",
+    "prior_from_interval",
     "value_of_information",
 ]
 

@@ -134,7 +134,7 @@ def test_a_policy_that_only_consults_probes_with_the_prior_and_records_the_predi
     cert = admit(req, db_url=url, now=lambda: T0)
     assert cert.decided_by == "canary" and cert.probe is not None
     (p,) = cert.predictions
-    assert p.used_as == "prior" and p.prior is not None and p.prior.estimator == "transfer"
+    assert p.used_as == "prior" and p.prior is not None and p.prior.estimator == "transfer" and p.prior.applied
     assert p.calibrated_interval_pct is not None
     lo, hi = p.calibrated_interval_pct
     assert p.prior.mean_pct == pytest.approx((lo + hi) / 2)
