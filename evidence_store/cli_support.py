@@ -19,7 +19,6 @@ from typing import IO, Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from canary._model import utcnow as utc_now  # noqa: F401 -- the one clock, under the name the commands import
 from canary.errors import InputError
 from canary.tables import table as table  # the project's one table renderer, re-exported
 from evidence_store.export_file import _export_lines as _export_lines  # re-exported: tests/security

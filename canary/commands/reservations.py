@@ -31,11 +31,12 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from evidence_store.cli_support import reservation_rows, store, table, utc_now, write_json
+    from canary._model import utcnow
+    from evidence_store.cli_support import reservation_rows, store, table, write_json
     from evidence_store.engine import session_scope
     from evidence_store.reservations import list_reservations
 
-    now = utc_now()
+    now = utcnow()
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
         records = list_reservations(session, now=now, device_id=args.device, include_inactive=args.all)
     if args.json:
@@ -50,12 +51,13 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    from evidence_store.cli_support import resolve_reservation_id, store, utc_now
+    from canary._model import utcnow
+    from evidence_store.cli_support import resolve_reservation_id, store
     from evidence_store.engine import session_scope
     from evidence_store.reservations import release
 
     with store(args.db) as engine, session_scope(engine) as session:
         full_id = resolve_reservation_id(session, args.id)
-        release(session, full_id, now=utc_now())
+        release(session, full_id, now=utcnow())
     sys.stdout.write(f"released {full_id}\n")
     return EXIT_ADMIT

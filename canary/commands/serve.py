@@ -158,11 +158,12 @@ def run_token_create(args: argparse.Namespace) -> int:
 
 
 def run_token_list(args: argparse.Namespace) -> int:
+    from canary._model import utcnow
     from evidence_store import tokens
-    from evidence_store.cli_support import store, table, utc_now
+    from evidence_store.cli_support import store, table
     from evidence_store.engine import session_scope
 
-    now = utc_now()
+    now = utcnow()
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
         infos = tokens.list_tokens(session)
     rows = [[i.id, i.name, ",".join(sorted(i.scopes)), i.created_at.isoformat(timespec="seconds"),
@@ -172,11 +173,12 @@ def run_token_list(args: argparse.Namespace) -> int:
 
 
 def run_token_revoke(args: argparse.Namespace) -> int:
+    from canary._model import utcnow
     from evidence_store import tokens
-    from evidence_store.cli_support import store, utc_now
+    from evidence_store.cli_support import store
     from evidence_store.engine import session_scope
 
     with store(args.db) as engine, session_scope(engine) as session:
-        info = tokens.revoke(session, args.id, now=utc_now())
+        info = tokens.revoke(session, args.id, now=utcnow())
     sys.stdout.write(f"revoked token {info.id} ({info.name})\n")
     return EXIT_ADMIT
