@@ -204,6 +204,8 @@ class PredictionRef(Model):
 
     resident: str
     estimator: str
+    group: str = Field(default="", description="the kind of prediction calibrated on its own (the transfer "
+                       "estimator's neighbour kind: other-version, other-device …)")
     key_digest: str | None = None
     lo_pct: float
     hi_pct: float

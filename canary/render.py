@@ -63,7 +63,8 @@ _USE = {"decision": "decided without a probe", "prior": "the probe's prior", "or
 def prediction_line(p: PredictionRef) -> str:
     """One prediction: the estimator's interval, its calibration (interval, level, measured coverage,
     outcomes) or why it is uncalibrated, and what it was used for."""
-    head = (f"predicted for {p.resident} by {p.estimator}: {p.lo_pct:.1f}% to {p.hi_pct:.1f}% "
+    by = f"{p.estimator} ({p.group})" if p.group else p.estimator
+    head = (f"predicted for {p.resident} by {by}: {p.lo_pct:.1f}% to {p.hi_pct:.1f}% "
             f"(point {p.point_pct:.1f}%)")
     if p.calibrated and p.calibrated_interval_pct is not None:
         lo, hi = p.calibrated_interval_pct

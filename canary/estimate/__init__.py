@@ -152,7 +152,7 @@ def assess(query: EstimateQuery, estimators: Sequence[Estimator], outcomes: Sequ
             why.append(f"{answer.estimator}: {answer.reason}")
             continue
         cal = calibrate(answer.estimator, query.device_type, outcomes, alpha=1 - confidence,
-                        min_outcomes=min_outcomes)
+                        min_outcomes=min_outcomes, group=answer.group)
         found.append((answer, cal))
     if not found:
         return NoEstimate("+".join(e.name for e in estimators) or "none",

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 class Estimate:
     """A predicted resident slowdown: ``lo_pct <= point_pct <= hi_pct`` (percent, 10 = 10% slower),
     with provenance: the estimator's ``estimator`` name, the ``inputs`` it used (profile fields,
-    evidence ids, simulator runs) and a one-line ``detail``."""
+    evidence ids, simulator runs) and a one-line ``detail``. ``group``: a kind of prediction the
+    estimator's calibration keeps apart (the transfer estimator's neighbour kind: an earlier version's
+    errors say nothing about another regime's); empty for one group."""
 
     estimator: str
     lo_pct: float
@@ -36,6 +38,7 @@ class Estimate:
     point_pct: float
     inputs: tuple[str, ...] = ()
     detail: str = ""
+    group: str = ""
 
     def __post_init__(self) -> None:
         values = (self.lo_pct, self.point_pct, self.hi_pct)

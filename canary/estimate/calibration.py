@@ -49,6 +49,7 @@ class Outcome:
     measured_pct: float
     at: dt.datetime
     evidence_id: str
+    group: str = ""
 
     @property
     def score(self) -> float:
@@ -99,11 +100,13 @@ def conformal_q(scores: Sequence[float], alpha: float) -> float | None:
 
 
 def calibrate(estimator: str, device_type: str, outcomes: Sequence[Outcome], *, alpha: float,
-              min_outcomes: int = DEFAULT_MIN_OUTCOMES) -> Calibration:
-    """Calibrate ``estimator`` on ``device_type`` from ``outcomes`` (others are ignored)."""
+              min_outcomes: int = DEFAULT_MIN_OUTCOMES, group: str = "") -> Calibration:
+    """Calibrate ``estimator`` on ``device_type`` from ``outcomes`` of the same ``group`` (the
+    estimator's kind of prediction: ``Estimate.group``); others are ignored."""
     if not 0 < alpha < 1:
         raise ValueError("alpha must lie in (0, 1)")
-    mine = sorted((o for o in outcomes if o.estimator == estimator and o.device_type == device_type),
+    mine = sorted((o for o in outcomes if o.estimator == estimator and o.device_type == device_type
+                   and o.group == group),
                   key=lambda o: (o.at, o.evidence_id))
     n = len(mine)
     scores = [o.score for o in mine]
@@ -122,7 +125,8 @@ def calibrate(estimator: str, device_type: str, outcomes: Sequence[Outcome], *, 
         return Calibration(estimator, device_type, alpha, n, q, coverage, ok, reason)
 
     if n < min_outcomes:
-        return result(False, f"{n} outcome(s) on {device_type}, fewer than the {min_outcomes} calibration needs")
+        what = f" of kind {group}" if group else ""
+        return result(False, f"{n} outcome(s){what} on {device_type}, fewer than the {min_outcomes} calibration needs")
     if q is None or coverage is None:
         return result(False, f"{n} outcome(s) are too few for a finite conformal quantile at {level:g}")
     if coverage < level - 2 * math.sqrt(alpha * level / held):

@@ -81,7 +81,7 @@ def transfer_outcomes(records: Sequence[EvidenceOut], *, device_types: Sequence[
             continue
         assert rec.resident_slowdown_pct is not None
         out.append(Outcome(TRANSFER, rec.key.device_type, est.lo_pct, est.hi_pct, est.point_pct,
-                           float(rec.resident_slowdown_pct), rec.created_at, rec.id))
+                           float(rec.resident_slowdown_pct), rec.created_at, rec.id, group=est.group))
     return out
 
 
@@ -116,7 +116,7 @@ def _from_certificate(cert: Any, key_digest: str, device_type: str, measured: fl
             continue  # a prediction that decided had no probe after it: nothing measured it
         try:
             out.append(Outcome(str(p["estimator"]), device_type, float(p["lo_pct"]), float(p["hi_pct"]),
-                               float(p["point_pct"]), measured, at, evidence_id))
+                               float(p["point_pct"]), measured, at, evidence_id, group=str(p.get("group") or "")))
         except (KeyError, TypeError, ValueError):
             continue  # a certificate written by another version: not an outcome we can read
     return out

@@ -17,7 +17,8 @@ kind                the record's key differs from the pair's in                 
 From the most similar kind that has records with a measured slowdown, the estimate is the mean of
 their point slowdowns; the interval is that mean ± (the standard deviation of the points + the median
 half-width of their recorded intervals), widened by ``(1/similarity − 1) · max(WIDEN_FLOOR_PCT, |point|)``
-points each side: the further the neighbour, the wider the interval. A record without a measured slowdown (a rollback on the SLO, an aborted
+points each side: the further the neighbour, the wider the interval. Each kind is calibrated on its
+own outcomes (``Estimate.group``). A record without a measured slowdown (a rollback on the SLO, an aborted
 probe) contributes nothing; no neighbour at all is :class:`~canary.estimate.base.NoEstimate`.
 """
 
@@ -95,7 +96,8 @@ def transfer_estimate(key: PairKey, records: Sequence[EvidenceOut], *,
     if len(recs) > 5:
         inputs += (f"and {len(recs) - 5} more {kind} record(s)",)
     return Estimate(NAME, lo, hi, point, inputs,
-                    f"{len(recs)} {kind} record(s), similarity {sim:g}: mean {point:.1f}%, widened by {widen:.1f} points")
+                    f"{len(recs)} {kind} record(s), similarity {sim:g}: mean {point:.1f}%, widened by {widen:.1f} points",
+                    group=kind)
 
 
 class TransferEstimator:

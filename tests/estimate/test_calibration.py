@@ -3,6 +3,7 @@ outcomes, and the refusals (too few outcomes, drift)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 
@@ -90,3 +91,12 @@ def test_a_narrow_honest_estimator_keeps_narrow_intervals() -> None:
     assert cal.calibrated
     lo, hi = cal.interval(8.0, 12.0) or (None, None)
     assert lo is not None and hi is not None and hi - lo < 8.0
+
+
+def test_each_group_is_calibrated_on_its_own_outcomes() -> None:
+    """Sixty outcomes of one kind of prediction (a transfer from an earlier version) calibrate that
+    kind; another kind (a transfer from another regime) has none of its own and stays uncalibrated."""
+    versions = [dataclasses.replace(o, group="other-version") for o in _outcomes(60, seed=13, noise=0.3)]
+    assert calibrate("e", "h100-sxm", versions, alpha=0.05, min_outcomes=30, group="other-version").calibrated
+    other = calibrate("e", "h100-sxm", versions, alpha=0.05, min_outcomes=30, group="other-regime")
+    assert not other.calibrated and other.outcomes == 0 and "of kind other-regime" in other.reason

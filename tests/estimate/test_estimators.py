@@ -146,6 +146,7 @@ def test_transfer_outcomes_use_only_earlier_records(tmp_path: Path) -> None:
         _record(url, _key(candidate_version=f"0.{i}"), float(i), T0 + dt.timedelta(hours=i), i)
     outcomes = sorted(transfer_outcomes(StoreReader(open_store(url)).records()), key=lambda o: o.at)
     assert len(outcomes) == 3  # the oldest record has nothing before it
+    assert {o.group for o in outcomes} == {"other-version"}
     assert outcomes[0].point_pct == 0.0 and outcomes[0].measured_pct == 1.0
     assert outcomes[-1].point_pct == pytest.approx(1.0) and outcomes[-1].measured_pct == 3.0
 
