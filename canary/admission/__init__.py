@@ -19,6 +19,7 @@ probe orchestrator only inside the functions that use them.
 
 from __future__ import annotations
 
+from canary._model import utcnow
 from canary.admission.decisions import (
     REVALIDATION_TRIGGERS,
     Decision,
@@ -30,7 +31,7 @@ from canary.admission.decisions import (
     make_certificate,
     probe_decision,
 )
-from canary.admission.flow import admit, admit_async, fit, pairs_to_probe, record_feedback, utcnow
+from canary.admission.flow import admit, admit_async, fit, pairs_to_probe, record_feedback
 from canary.admission.request import (
     FRESH_UNTIL_FIELD,
     Request,

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from canary._model import utcnow
 from canary.admission.decisions import (
     Decision,
     PairEvidence,
@@ -94,10 +95,6 @@ class Stage1Memo:
             self._entries.clear()
         self._entries[key] = (inputs, hard)
         return hard
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 NOT_CONSULTED = ("not counted: no evidence store consulted (--no-store), so memory other admissions booked "

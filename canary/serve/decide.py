@@ -36,8 +36,9 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from starlette.types import Message, Receive, Scope, Send
 
+from canary._model import utcnow
 from canary.admission.decisions import Decision, PairEvidence, make_certificate, settle
-from canary.admission.flow import record_admission, utcnow
+from canary.admission.flow import record_admission
 from canary.admission.store import BOOKED_SOURCE, EvidenceAccess, evidence_from_rows, request_keys
 from canary.certificate import Certificate, HardFit
 from canary.serve.bodies import Prepared, pinned

@@ -155,9 +155,10 @@ def test_the_profile_does_not_depend_on_the_lists_order(cli: Admit, tmp_path: Pa
 def test_a_placement_booked_after_the_decisions_read_is_seen_under_the_lock(tmp_path: Path) -> None:
     """Two admissions read the store at the same moment and both find start 4 free; the one that books
     second re-fits under the device's booking lock and takes start 5 (its certificate says so)."""
+    from canary._model import utcnow
     from canary.admission import load_request
     from canary.admission.decisions import hard_fit, settle
-    from canary.admission.flow import record_admission, utcnow
+    from canary.admission.flow import record_admission
     from canary.admission.store import EvidenceAccess
     from evidence_store.database import make_engine
 
