@@ -269,7 +269,8 @@ class FullEngine:
     def _release(view: ScenarioView, ids: list[str]) -> None:
         if not ids:
             return
-        from evidence_store.engine import open_store, session_scope
+        from evidence_store.database import session_scope
+        from evidence_store.migrate import open_store
         from evidence_store.reservations import release
 
         engine = open_store(view.db_url)

@@ -48,8 +48,8 @@ from canary.serve.schemas import DecisionRequest
 from canary.serve.service import Service
 
 if TYPE_CHECKING:
+    from canary._model import PairKey
     from canary.admission.request import Request as Question
-    from evidence_store.keys import PairKey
     from evidence_store.service.probe_queue import ProbeTicket
 
 def prepare(svc: Service, body: DecisionRequest, *, probe: bool, reserve: bool, seed: int = 0) -> Prepared:
