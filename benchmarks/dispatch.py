@@ -88,8 +88,8 @@ def _measure(client: httpx.Client, url: str, device: Any, n: int, tag: str) -> l
     from sqlalchemy import select
 
     from canary.profile import load_profile
-    from evidence_store.engine import make_engine, session_scope
-    from evidence_store.serve_models import ServeProbe
+    from evidence_store.database import make_engine, session_scope
+    from evidence_store.service.models import ServeProbe
 
     base = load_profile(EX / "profiles" / "embedding-service.yaml").model_dump(mode="json")
     ids = []
@@ -114,7 +114,7 @@ def _measure(client: httpx.Client, url: str, device: Any, n: int, tag: str) -> l
 
 
 def run_backend(backend: str, n: int, heartbeat_s: float) -> dict[str, Any]:
-    from evidence_store.engine import upgrade
+    from evidence_store.migrate import upgrade
 
     tmp = Path(tempfile.mkdtemp(prefix="canary-dispatch-"))
     url = f"sqlite:///{tmp / 'store.sqlite3'}" if backend == "sqlite" else _pg_url()

@@ -163,7 +163,7 @@ def spent(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 def make_store(backend: str, tmp: Path) -> tuple[str, Any]:
-    from evidence_store.engine import upgrade
+    from evidence_store.migrate import upgrade
 
     if backend == "sqlite":
         url = f"sqlite:///{tmp / 'bench.sqlite3'}"
@@ -185,8 +185,8 @@ def make_store(backend: str, tmp: Path) -> tuple[str, Any]:
 
 
 def token(url: str, *scopes: str) -> str:
-    from evidence_store import tokens
-    from evidence_store.engine import make_engine, session_scope
+    from evidence_store.database import make_engine, session_scope
+    from evidence_store.service import tokens
 
     engine = make_engine(url)
     with session_scope(engine) as s:
@@ -476,8 +476,8 @@ def breakdown(url: str, n: int) -> dict[str, dict[str, float]]:
     from canary.serve.app import create_app
     from canary.serve.config import ServeConfig
     from canary.serve.schemas import AdmissionRequest
-    from evidence_store import fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import admission_log
+    from evidence_store.database import session_scope
     from evidence_store.lookup import _decision_statement
 
     profile, snapshot = docs()
@@ -561,7 +561,7 @@ def breakdown(url: str, n: int) -> dict[str, dict[str, float]]:
                     assert entry is not None
                     t = tick()
                     with session_scope(engine) as session:
-                        fleet.log_admissions(session, [entry] * 10)
+                        admission_log.log_admissions(session, [entry] * 10)
                     note(names[11], t, tick(), per=10)
 
     uvloop.run(main())
@@ -610,8 +610,8 @@ async def get_again(client: httpx.AsyncClient, path: str) -> httpx.Response:
 def storm(url: str, tmp: Path, scale: float) -> dict[str, Any]:
     from sqlalchemy import select
 
-    from evidence_store.engine import make_engine, session_scope
-    from evidence_store.serve_models import ServeProbe
+    from evidence_store.database import make_engine, session_scope
+    from evidence_store.service.models import ServeProbe
 
     profile, snapshot = docs()
     secret = token(url, "admit")

@@ -8,8 +8,8 @@ JSON file can express (lists for tuples, strings for literals and timestamps).
 ``PairKey`` is what a piece of evidence is about. Evidence never carries across workload versions,
 shape families, device types or resource regimes, so all six parts form the key. A device with several
 residents yields one ``PairKey`` per resident; the admission checks every pair. The request, the
-probe's journal, the evidence store and the certificate share this one class (``evidence_store.keys``
-re-exports it).
+probe's journal, the evidence store and the certificate share this one class (``evidence_store`` re-exports
+it as ``evidence_store.PairKey``).
 
 ``utcnow`` is the current time, timezone-aware in UTC: every caller that reads the clock reads it here,
 and passes ``now`` on to everything below it (stage 1 and the store read no clock).

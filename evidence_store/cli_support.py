@@ -1,8 +1,7 @@
 """What the ``canary evidence|reservations|db`` commands share: opening the store, reading times and
 ids, and the tables and JSON they print.
 
-The export file's format is ``evidence_store.export_file``; its names are re-exported here for the
-commands that still import them from this module.
+The export file's format is ``evidence_store.export_file``'s.
 """
 
 from __future__ import annotations
@@ -20,13 +19,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError
-from canary.tables import table as table  # the project's one table renderer, re-exported
-from evidence_store.export_file import _export_lines as _export_lines  # re-exported: tests/security
-from evidence_store.export_file import check_export_target as check_export_target  # re-exported, as below
-from evidence_store.export_file import key_id as key_id
-from evidence_store.export_file import read_export as read_export
-from evidence_store.export_file import read_fleet_key as read_fleet_key
-from evidence_store.export_file import write_export as write_export
+from canary.tables import table
 from evidence_store.migrate import open_store
 from evidence_store.models import Evidence, Reservation
 from evidence_store.schemas import (

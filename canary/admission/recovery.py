@@ -137,7 +137,7 @@ def recover_store(
     rows (read-only), kill their canaries with no transaction open, then close the rows in one short
     write transaction. Killing takes up to ``term_grace_s + KILL_WAIT_S`` per orphan; holding the store's write
     lock that long would stall every other prober's heartbeat."""
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.journal import expired_probes
 
     with session_scope(engine, read_only=True) as session:

@@ -26,11 +26,11 @@ from canary.regime import Regime
 from canary.snapshot import DeviceSnapshot, Resident
 
 if TYPE_CHECKING:
+    from canary._model import PairKey
     from canary.backends import ResolvedDevice
     from canary.catalog import DeviceSpec
     from canary.certificate import Finding
     from canary.probe.simlink import SimParams
-    from evidence_store.keys import PairKey
 
 
 @value_methods
@@ -270,7 +270,7 @@ def load_request(
 def pair_key(req: Request, resident: Resident) -> PairKey | None:
     """The evidence key of (``resident``, the candidate) on this device and regime; ``None`` for a
     resident without a profile (nothing to key evidence by)."""
-    from evidence_store.keys import PairKey
+    from canary._model import PairKey
 
     if resident.profile is None:
         return None

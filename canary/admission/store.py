@@ -20,11 +20,13 @@ from canary.admission.decisions import (
     Decision,
     PairEvidence,
     ProbeRun,
+    Settled,
     hard_fit,
     hard_fit_decision,
     reservation_plan,
+    settle,
 )
-from canary.admission.request import Request, pair_key, with_mig_bookings
+from canary.admission.request import QueuedDevice, QueuedRequest, Request, pair_key, with_mig_bookings
 from canary.certificate import GpuInstancePlacement, ReservationRef
 from canary.errors import InputError
 from canary.hardfit import MigBooking
@@ -36,9 +38,9 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.orm import Session
 
+    from canary._model import PairKey
     from canary.catalog import DeviceSpec
     from canary.certificate import HardFit
-    from evidence_store.keys import PairKey
     from evidence_store.schemas import EvidenceIn, LookupResult, ReservationOut
 
 T = TypeVar("T")
@@ -57,6 +59,17 @@ def store_exists(url: str) -> bool:
 
     path = sqlite_file(url)
     return path is None or path.exists()
+
+
+@dataclasses.dataclass(frozen=True)
+class Settlement:
+    """``EvidenceAccess.read_and_settle``: the request as decided (MIG bookings applied), stage 1's
+    answer, each resident's evidence and what they settle before any probe."""
+
+    req: Request
+    hard: HardFit
+    evidence: list[PairEvidence]
+    settled: Settled
 
 
 class EvidenceAccess:
@@ -79,7 +92,7 @@ class EvidenceAccess:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            from evidence_store.engine import open_store
+            from evidence_store.migrate import open_store
 
             self._engine = open_store(self.url)  # checks the schema revision
         return self._engine
@@ -148,6 +161,19 @@ class EvidenceAccess:
 
         rows = self._statement(lambda connection: mig_bookings(connection, req.device_id, now))
         return with_mig_bookings(req, booked_mig_instances(req.spec, rows))
+
+    def read_and_settle(self, req: Request, now: dt.datetime, *, stage1: Callable[..., HardFit] = hard_fit,
+                        as_of: dt.datetime | None = None) -> Settlement:
+        """Everything a decision before any probe needs, from one read of the store: the request as of
+        the MIG instances others booked (``with_mig_bookings``), the bookings and evidence in one
+        statement (``decision_inputs``; ``as_of``: only evidence still fresh then counts), stage 1
+        (``stage1``: ``hard_fit`` or a memo of it) and ``settle``. ``canary fit``, the probe
+        coordination (``pairs_to_probe``), the extender's device check and the CLI admission all start
+        here, so they cannot read or settle differently."""
+        req = self.with_mig_bookings(req, now)
+        reserved, source, evidence = self.decision_inputs(req, now, as_of=as_of)
+        hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
+        return Settlement(req, hard, evidence, settle(req, hard, evidence))
 
     def _statement(self, fn: Callable[[Connection], T]) -> T:
         """``fn``'s read, one statement, outside any transaction (``_single_statement``)."""
@@ -287,7 +313,7 @@ def _read_transaction(engine: Engine) -> Iterator[Connection]:
     ``StoreUnavailable``); the transaction is read from the store on every call, nothing is kept."""
     from sqlalchemy import exc
 
-    from evidence_store.engine import translate
+    from evidence_store.database import translate
 
     try:
         with engine.connect() as connection, connection.begin():
@@ -305,7 +331,7 @@ def _single_statement(engine: Engine) -> Iterator[Connection]:
     leaves ``BEGIN`` to SQLAlchemy, which emits it only for a transaction)."""
     from sqlalchemy import exc
 
-    from evidence_store.engine import translate
+    from evidence_store.database import translate
 
     try:
         with engine.connect() as connection:
@@ -320,8 +346,8 @@ def open_store_for_writing(url: str | None, *, announce: Callable[[str], object]
     """The store's engine, at the current schema. A SQLite store that does not exist yet — no file,
     or a file without a single table — is created at the current schema (zero setup); a store with
     an older schema is never migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
-    from evidence_store.engine import check_schema, open_store, upgrade
     from evidence_store.location import check_db_url, sqlite_file
+    from evidence_store.migrate import check_schema, open_store, upgrade
 
     resolved = store_url(url)
     check_db_url(resolved)  # a mistyped SQLite directory is an error, never a new empty store
@@ -399,25 +425,23 @@ def feedback_evidence(
 
 
 def history_entry(req: Request, verdict: str, now: dt.datetime) -> dict[str, Any] | None:
-    """The admission-history row of a CLI admission (``evidence_store.fleet.log_admission``'s
+    """The admission-history row of a CLI admission (``evidence_store.admission_log.log_admission``'s
     arguments, the same row the service writes), so ``canary warm --from-history`` sees admissions made
     with ``canary admit`` too; ``None`` when there is no pair to warm (an idle device, unprofiled
-    residents). The request is kept by value, as the service keeps it."""
-    from evidence_store import probe_queue
+    residents). The request is kept by value, as the service keeps it: ``QueuedRequest.stored``, its
+    residents already on the snapshot."""
     from evidence_store.lookup import key_digest
+    from evidence_store.service import probe_queue
 
     keyed = [k for k in (pair_key(req, r) for r in req.snapshot.residents) if k is not None]
     if not keyed:
         return None
     residents = "+".join(r.name for r in req.snapshot.residents)
     given = req.regime_chosen_by.startswith("given")
+    queued = QueuedRequest(device=QueuedDevice(kind=req.device.kind, ref=req.device.ref, snapshot=req.snapshot),
+                           candidate=req.candidate, regime=str(req.regime) if given else None, policy=req.policy.name)
     return {"pair_digest": probe_queue.pair_digest(keyed), "key_digests": [key_digest(k) for k in keyed],
             "device_type": req.spec.name, "device_id": req.device_id,
             "label": f"{req.candidate.name}@{req.candidate.version} beside {residents} on {req.spec.name} "
                      f"({req.regime})",
-            "verdict": verdict, "now": now,
-            "request_json": {
-                "device": {"kind": req.device.kind, "ref": req.device.ref,
-                           "snapshot": req.snapshot.model_dump(mode="json")},
-                "candidate": req.candidate.model_dump(mode="json"), "residents": [],
-                "regime": str(req.regime) if given else None, "policy": req.policy.name}}
+            "verdict": verdict, "now": now, "request_json": queued.stored()}

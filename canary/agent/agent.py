@@ -36,8 +36,10 @@ from canary.errors import InputError
 from canary.fleetwork.runner import ProbeRunner, RunnerSettings, claim_devices
 from canary.policy import Policy, load_policy
 from canary.snapshot import DeviceSnapshot
-from evidence_store import fleet
-from evidence_store.engine import session_scope
+from evidence_store import admission_log, published
+from evidence_store import drift as store_drift
+from evidence_store.database import session_scope
+from evidence_store.service import probe_queue
 
 log = logging.getLogger("canary.agent")
 
@@ -66,7 +68,7 @@ class DriftOutcome:
     probes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, policy: Policy, now: dt.datetime,
+def revalidate(session: Any, pub: published.Published, *, old_driver: str | None, policy: Policy, now: dt.datetime,
                history_since: dt.datetime) -> DriftOutcome:
     """A device's driver changed: mark the device type's evidence under other drivers stale (the store's
     rule), queue revalidation probes on this device for the device type's most requested pairs — at most
@@ -78,7 +80,7 @@ def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, po
     budget = policy.revalidation_budget_pairs
     probes: list[dict[str, Any]] = []
     own_uuid = pub.snapshot_json.get("uuid")
-    for hot in fleet.hot_pairs(session, since=history_since, device_type=pub.device_type, limit=budget):
+    for hot in admission_log.hot_pairs(session, since=history_since, device_type=pub.device_type, limit=budget):
         try:
             logged = QueuedRequest.read(hot.request_json, what="logged")
         except InputError as exc:  # a history row this version cannot read: the others are still revalidated
@@ -88,13 +90,13 @@ def revalidate(session: Any, pub: fleet.Published, *, old_driver: str | None, po
             "driver_version": new_driver, "uuid": own_uuid, "taken_at": pub.taken_at})
         queued = logged.model_copy(update={
             "device": QueuedDevice(kind="published", ref=pub.ref, snapshot=snapshot), "reserve": False})
-        ticket, joined = fleet.submit_and_notify(session, digest=hot.pair_digest, device_id=pub.device_id,
+        ticket, joined = probe_queue.submit_and_notify(session, digest=hot.pair_digest, device_id=pub.device_id,
                                                  request_json=queued.stored(), now=now)
         probes.append({"probe_id": ticket.id, "pair_digest": hot.pair_digest, "key_digests": list(hot.key_digests),
                        "label": hot.label, "requests": hot.requests, "joined": joined,
                        "device_id": ticket.device_id})
     note = None if new_driver else "the new driver version is unknown: nothing was marked stale"
-    event_id = fleet.record_drift(session, device_id=pub.device_id, node=pub.node, device_type=pub.device_type,
+    event_id = store_drift.record_drift(session, device_id=pub.device_id, node=pub.node, device_type=pub.device_type,
                                   old_driver=old_driver, new_driver=new_driver, stale_marked=stale, budget=budget,
                                   probes=probes, now=now, note=note)
     return DriftOutcome(event_id, stale, probes)
@@ -107,7 +109,7 @@ def unwrap_claimed() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        found: BaseException | None = group.subgroup(fleet.DeviceClaimed)
+        found: BaseException | None = group.subgroup(published.DeviceClaimed)
         while isinstance(found, BaseExceptionGroup):
             found = found.exceptions[0]
         if found is None:
@@ -144,15 +146,15 @@ class Agent:
         """Refuse to start while another live agent holds one of this node's devices (``DeviceClaimed``
         names it). The first heartbeat then takes the devices; ``publish`` checks again under the lock."""
         with session_scope(self.engine, read_only=True) as session:
-            held = fleet.claim_conflicts(session, node=self.config.node, names=list(self.config.devices),
+            held = published.claim_conflicts(session, node=self.config.node, names=list(self.config.devices),
                                          agent=self.owner, now=utcnow())
         if held:
-            raise fleet.DeviceClaimed(held)
+            raise published.DeviceClaimed(held)
 
     def release(self) -> None:
         """Give this agent's devices up (it is stopping): another agent may take them at once."""
         with session_scope(self.engine) as session:
-            fleet.release_claims(session, agent=self.owner, now=utcnow())
+            published.release_claims(session, agent=self.owner, now=utcnow())
 
     def heartbeat(self) -> list[DriftOutcome]:
         """Publish every device once (blocking; run in a worker thread), all in one transaction, so an
@@ -187,11 +189,11 @@ class Agent:
         draining = True
         drifts: list[DriftOutcome] = []
         for name in sorted(set(self.config.devices) - set(snaps)):  # unreadable now: still this agent's
-            fleet.renew_claim(session, node=self.config.node, name=name, agent=self.owner, now=utcnow(),
+            published.renew_claim(session, node=self.config.node, name=name, agent=self.owner, now=utcnow(),
                               claim_s=self.config.claim_duration_s)
         for name, snap in snaps.items():
             now = utcnow()
-            result = fleet.publish(
+            result = published.publish(
                 session, node=self.config.node, name=name, agent=self.owner,
                 snapshot_json=snap.model_dump(mode="json"), device_type=snap.device_type,
                 driver_version=snap.driver_version, device_uuid=snap.uuid,
@@ -242,7 +244,7 @@ class Agent:
             await anyio.sleep(self.config.heartbeat_s)
             try:
                 drifts = await anyio.to_thread.run_sync(self.heartbeat)
-            except fleet.DeviceClaimed:
+            except published.DeviceClaimed:
                 raise  # another agent holds a device now: this one must stop running its probes
             except Exception as exc:  # the store may be away for a while: keep trying, say why
                 log.warning("heartbeat failed: %s", exc)
@@ -275,7 +277,7 @@ class Agent:
             try:
                 conn = await anyio.to_thread.run_sync(
                     lambda: psycopg.connect(conninfo, autocommit=True, connect_timeout=5))
-                conn.execute(f"LISTEN {fleet.NOTIFY_CHANNEL}")
+                conn.execute(f"LISTEN {probe_queue.NOTIFY_CHANNEL}")
                 while True:
                     payloads = await anyio.to_thread.run_sync(_wait_notify, conn, abandon_on_cancel=True)
                     if any(p in self.device_ids for p in payloads):

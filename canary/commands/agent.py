@@ -158,12 +158,12 @@ def _open(args: argparse.Namespace) -> Any:
 def run_list(args: argparse.Namespace) -> int:
     from canary.admission import utcnow
     from canary.tables import table
-    from evidence_store import fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import published
+    from evidence_store.database import session_scope
 
     now = utcnow()
     with session_scope(_open(args), read_only=True) as session:
-        rows = fleet.list_published(session, node=args.node)
+        rows = published.list_published(session, node=args.node)
     if args.json:
         sys.stdout.write(json.dumps([{"ref": r.ref, "device_id": r.device_id, "node": r.node, "agent": r.agent,
                                       "device_type": r.device_type, "driver_version": r.driver_version,
@@ -180,11 +180,11 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    from evidence_store import fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import published
+    from evidence_store.database import session_scope
 
     with session_scope(_open(args)) as session:
-        n = fleet.set_draining(session, node=args.drain_node, draining=not args.undo)
+        n = published.set_draining(session, node=args.drain_node, draining=not args.undo)
     if n == 0:
         raise InputError(f"no agent publishes devices of node {args.drain_node!r}", field="NODE")
     sys.stdout.write(f"node {args.drain_node}: {n} device(s) {'active again' if args.undo else 'draining'}\n")
@@ -197,20 +197,20 @@ def _pct(v: float | None) -> str:
 
 def run_drift(args: argparse.Namespace) -> int:
     from canary.tables import table
-    from evidence_store import fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import drift as store_drift
+    from evidence_store.database import session_scope
 
     with session_scope(_open(args), read_only=True) as session:
         if args.id is None:
             events = [{"id": e.id, "node": e.node, "device_id": e.device_id, "device_type": e.device_type,
                        "old_driver": e.old_driver, "new_driver": e.new_driver,
                        "detected_at": e.detected_at.isoformat(), "stale_marked": e.stale_marked,
-                       "probes": len(e.probes_json), "budget": e.budget} for e in fleet.list_drift(session)]
+                       "probes": len(e.probes_json), "budget": e.budget} for e in store_drift.list_drift(session)]
             report: Any = events
         else:
-            if fleet.get_drift(session, args.id) is None:
+            if store_drift.get_drift(session, args.id) is None:
                 raise InputError(f"no drift event {args.id!r} (canary drift lists them)", field="ID")
-            report = fleet.drift_report(session, args.id)
+            report = store_drift.drift_report(session, args.id)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return 0

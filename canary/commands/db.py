@@ -52,8 +52,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _describe(url: str | None) -> str:
-    from evidence_store.engine import current, head_revisions, redact
+    from evidence_store.database import redact
     from evidence_store.location import default_db_url
+    from evidence_store.migrate import current, head_revisions
 
     at = current(url)
     heads = head_revisions()
@@ -65,7 +66,7 @@ def _describe(url: str | None) -> str:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-    from evidence_store.engine import upgrade
+    from evidence_store.migrate import upgrade
 
     upgrade(args.db, args.revision)
     sys.stdout.write(_describe(args.db) + "\n")
@@ -81,7 +82,7 @@ def _rows_at_risk(url: str | None) -> str:
     """Rows of every canary table in the store (what a downgrade to base would drop)."""
     from sqlalchemy import inspect, text
 
-    from evidence_store.engine import make_engine
+    from evidence_store.database import make_engine
 
     engine = make_engine(url)
     try:
@@ -94,8 +95,9 @@ def _rows_at_risk(url: str | None) -> str:
 
 
 def run_downgrade(args: argparse.Namespace) -> int:
-    from evidence_store.engine import check_revision, current, downgrade, redact
+    from evidence_store.database import redact
     from evidence_store.location import default_db_url
+    from evidence_store.migrate import check_revision, current, downgrade
 
     check_revision(args.revision)
     if not args.yes:  # a preview, not an error: say what would happen and how to do it
@@ -118,7 +120,7 @@ def run_prune(args: argparse.Namespace) -> int:
 
     from canary.admission import open_store_for_writing
     from canary.jobs.history import parse_duration, prune_admission_log
-    from evidence_store.fleet import ADMISSION_LOG_RETENTION_DAYS
+    from evidence_store.admission_log import ADMISSION_LOG_RETENTION_DAYS
 
     text = args.older_than if args.older_than is not None else f"{ADMISSION_LOG_RETENTION_DAYS:g}d"
     age_s = parse_duration(text, "--admission-log-older-than")

@@ -113,7 +113,7 @@ def run_list(args: argparse.Namespace) -> int:
         terminal_columns,
         write_json,
     )
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.evidence import list_evidence
     from evidence_store.models import Evidence
 
@@ -196,6 +196,7 @@ def _nothing_matches(args: argparse.Namespace, swapped: int) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from canary.tables import table
     from evidence_store.cli_support import (
         evidence_rows,
         fmt_confidence,
@@ -205,10 +206,9 @@ def run_show(args: argparse.Namespace) -> int:
         probe_decision,
         resolve_evidence_id,
         store,
-        table,
         write_json,
     )
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.evidence import history
 
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
@@ -281,7 +281,7 @@ def run_certificates_list(args: argparse.Namespace) -> int:
         terminal_columns,
         write_json,
     )
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
 
     if not 0 <= args.limit <= 10**9:
         from canary.errors import UsageError
@@ -325,7 +325,7 @@ def run_certificates_show(args: argparse.Namespace) -> int:
     from canary.render import certificate_text
     from evidence_store.certificates import get_certificate
     from evidence_store.cli_support import fmt_time, resolve_certificate_id, store, write_json
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
 
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
         stored = get_certificate(session, resolve_certificate_id(session, args.id))
@@ -355,7 +355,7 @@ def run_certificates_show(args: argparse.Namespace) -> int:
 
 def run_expire(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import parse_time, store
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.evidence import expire
 
     before = parse_time(args.before, field="--before") if args.before else None
@@ -382,7 +382,7 @@ def run_expire(args: argparse.Namespace) -> int:
 
 def run_revoke(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import resolve_evidence_id, store
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.evidence import revoke
 
     with store(args.db) as engine, session_scope(engine) as session:
@@ -395,8 +395,9 @@ def run_revoke(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evidence_store.cli_support import check_export_target, read_fleet_key, store, write_export
-    from evidence_store.engine import session_scope
+    from evidence_store.cli_support import store
+    from evidence_store.database import session_scope
+    from evidence_store.export_file import check_export_target, read_fleet_key, write_export
     from evidence_store.transfer import iter_evidence
 
     key = read_fleet_key(args.key)
@@ -416,8 +417,9 @@ def run_import(args: argparse.Namespace) -> int:
 
     from canary.errors import InputError
     from canary.policy import load_policy
-    from evidence_store.cli_support import key_id, read_export, read_fleet_key, store
-    from evidence_store.engine import session_scope
+    from evidence_store.cli_support import store
+    from evidence_store.database import session_scope
+    from evidence_store.export_file import key_id, read_export, read_fleet_key
     from evidence_store.import_check import check_record
     from evidence_store.transfer import import_records
 

@@ -317,7 +317,7 @@ def run_warm_history(args: argparse.Namespace) -> int:
     from canary.jobs.history import build_plan, default_run_id, parse_duration, warm_from_history
     from canary.jobs.warm import WarmReport
     from canary.tables import table
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
 
     since = args.since if args.since is not None else SINCE_DEFAULT
     top = args.top if args.top is not None else TOP_DEFAULT

@@ -34,8 +34,8 @@ def run_put(args: argparse.Namespace) -> int:
     from canary.admission import open_store_for_writing, utcnow
     from canary.errors import InputError
     from canary.serve.resolve import registry_document
-    from evidence_store import registry
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
+    from evidence_store.service import registry
 
     if args.snapshot:
         from canary.snapshot import load_snapshot
@@ -62,9 +62,10 @@ def run_put(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from evidence_store import registry
-    from evidence_store.cli_support import store, table
-    from evidence_store.engine import session_scope
+    from canary.tables import table
+    from evidence_store.cli_support import store
+    from evidence_store.database import session_scope
+    from evidence_store.service import registry
 
     kind = "snapshot" if args.snapshots else "profile"
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
@@ -76,9 +77,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     from canary.errors import InputError
-    from evidence_store import registry
     from evidence_store.cli_support import store
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
+    from evidence_store.service import registry
 
     kind = "snapshot" if args.snapshot else "profile"
     name, version = registry.parse_ref(args.ref, field="NAME@VERSION")

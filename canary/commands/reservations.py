@@ -32,8 +32,9 @@ def add_parser(subparsers: Any) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     from canary._model import utcnow
-    from evidence_store.cli_support import reservation_rows, store, table, write_json
-    from evidence_store.engine import session_scope
+    from canary.tables import table
+    from evidence_store.cli_support import reservation_rows, store, write_json
+    from evidence_store.database import session_scope
     from evidence_store.reservations import list_reservations
 
     now = utcnow()
@@ -53,7 +54,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_release(args: argparse.Namespace) -> int:
     from canary._model import utcnow
     from evidence_store.cli_support import resolve_reservation_id, store
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.reservations import release
 
     with store(args.db) as engine, session_scope(engine) as session:

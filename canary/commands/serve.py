@@ -139,8 +139,8 @@ def run_token_create(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from canary.admission import open_store_for_writing
-    from evidence_store import tokens
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
+    from evidence_store.service import tokens
 
     now = dt.datetime.now(dt.UTC)
     expires = None if args.expires_in_days is None else now + dt.timedelta(days=args.expires_in_days)
@@ -159,9 +159,10 @@ def run_token_create(args: argparse.Namespace) -> int:
 
 def run_token_list(args: argparse.Namespace) -> int:
     from canary._model import utcnow
-    from evidence_store import tokens
-    from evidence_store.cli_support import store, table
-    from evidence_store.engine import session_scope
+    from canary.tables import table
+    from evidence_store.cli_support import store
+    from evidence_store.database import session_scope
+    from evidence_store.service import tokens
 
     now = utcnow()
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
@@ -174,9 +175,9 @@ def run_token_list(args: argparse.Namespace) -> int:
 
 def run_token_revoke(args: argparse.Namespace) -> int:
     from canary._model import utcnow
-    from evidence_store import tokens
     from evidence_store.cli_support import store
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
+    from evidence_store.service import tokens
 
     with store(args.db) as engine, session_scope(engine) as session:
         info = tokens.revoke(session, args.id, now=utcnow())

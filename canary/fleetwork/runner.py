@@ -1,7 +1,7 @@
 """The probe runner: claims queued probes from the store and runs them, in a server process or a node
 agent.
 
-It claims probes through ``evidence_store.probe_queue`` (so one pair is probed once and one device runs
+It claims probes through ``evidence_store.service.probe_queue`` (so one pair is probed once and one device runs
 one probe, however many processes there are), runs each through ``canary.admission.admit_async`` — the
 same core as ``canary admit`` — renews the probe's lease while it runs, and stops it (rollback, nothing
 recorded) when a caller cancels. On start and then periodically it aborts probes whose owner died:
@@ -30,6 +30,7 @@ import anyio.to_thread
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from canary._model import utcnow
 from canary.policy import Policy
 from evidence_store.database import session_scope
 from evidence_store.errors import LeaseLost
@@ -39,10 +40,6 @@ from evidence_store.service.probe_queue import ProbeTicket
 log = logging.getLogger("canary.fleetwork")
 
 HOST = socket.gethostname()
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def process_alive(pid: int) -> bool:

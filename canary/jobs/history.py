@@ -65,12 +65,12 @@ class PlanEntry:
 
 def build_plan(session: Any, *, now: dt.datetime, since_s: float, expiring_within_s: float | None,
                top: int) -> list[PlanEntry]:
-    from evidence_store import fleet
+    from evidence_store import admission_log, evidence
     from evidence_store.fleet_models import AdmissionLog
 
     if top < 1:
         raise InputError(f"must be at least 1, got {top}", field="--top")
-    hot = fleet.hot_pairs(session, since=now - dt.timedelta(seconds=since_s), limit=top)
+    hot = admission_log.hot_pairs(session, since=now - dt.timedelta(seconds=since_s), limit=top)
     plan = []
     for h in hot:
         logged = QueuedRequest.read(h.request_json, what="logged")
@@ -79,11 +79,11 @@ def build_plan(session: Any, *, now: dt.datetime, since_s: float, expiring_withi
     if expiring_within_s is None:
         return plan
     chosen = {e.pair_digest for e in plan}
-    expiring = fleet.expiring_evidence(session, now=now, within_s=expiring_within_s)
+    expiring = evidence.expiring_evidence(session, now=now, within_s=expiring_within_s)
     soonest: dict[str, dt.datetime] = {}
     for ev in expiring:
         soonest.setdefault(ev.key_digest, ev.expires_at)
-    rows = fleet.latest_request_for_keys(session, set(soonest))
+    rows = admission_log.latest_request_for_keys(session, set(soonest))
     extra: dict[str, tuple[dt.datetime, AdmissionLog]] = {}
     for key, row in rows.items():
         if row.pair_digest in chosen:
@@ -106,14 +106,15 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
     from canary._model import validate_document
     from canary.admission import admit_async, utcnow
     from canary.snapshot import DeviceSnapshot
-    from evidence_store import fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import published, warm_plans
+    from evidence_store.database import session_scope
+    from evidence_store.service import probe_queue
 
     if fresh_until is not None:
         params = {**params, "evidence_fresh_until": fresh_until.isoformat()}
 
     with session_scope(engine) as session:
-        fleet.store_warm_plan(session, run_id=run_id, params=params, plan=[e.summary() for e in plan], now=utcnow())
+        warm_plans.store_warm_plan(session, run_id=run_id, params=params, plan=[e.summary() for e in plan], now=utcnow())
     report = WarmReport(plan=run_id, budget_s=budget_s)
     started = time.monotonic()
     deadline = started + budget_s
@@ -121,9 +122,9 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
     for index, entry in enumerate(plan):
         outcome: PairOutcome
         ref = entry.device_ref
-        if ref.startswith(fleet.AGENT_REF_PREFIX):
+        if ref.startswith(published.AGENT_REF_PREFIX):
             with session_scope(engine) as session:
-                pub = fleet.get_by_ref(session, ref)
+                pub = published.get_by_ref(session, ref)
                 if pub is None:
                     outcome = PairOutcome(index, entry.label, "error", f"no agent publishes {ref} any more")
                 else:
@@ -142,7 +143,7 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                         if progress is not None:
                             progress(outcome, len(plan))
                         continue
-                    ticket, joined = fleet.submit_and_notify(session, digest=entry.pair_digest,
+                    ticket, joined = probe_queue.submit_and_notify(session, digest=entry.pair_digest,
                                                              device_id=pub.device_id, request_json=queued.stored(),
                                                              now=utcnow())
                     outcome = PairOutcome(index, entry.label, "queued", f"queued for {ref}'s agent as probe "
@@ -174,7 +175,7 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
             progress(outcome, len(plan))
     report.wall_s = time.monotonic() - started
     with session_scope(engine) as session:
-        record = fleet.get_warm_plan(session, run_id)
+        record = warm_plans.get_warm_plan(session, run_id)
         if record is not None:
             record.plan_json = results
             record.params_json = {**record.params_json, "wall_s": report.wall_s}
@@ -205,22 +206,22 @@ def prune_admission_log(engine: Any, *, before: dt.datetime, dry_run: bool = Fal
     """Delete the admission history older than ``before``, one short transaction per batch (a large
     backlog never holds a long lock); with ``dry_run`` only count it. Safe to run from many processes
     at once: a batch another process deleted first is simply not found again."""
-    from evidence_store import fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import admission_log
+    from evidence_store.database import session_scope
 
     deleted = 0
     if dry_run:
         with session_scope(engine, read_only=True) as session:
-            deleted = fleet.count_admissions_before(session, before)
+            deleted = admission_log.count_admissions_before(session, before)
     else:
         while True:
             with session_scope(engine) as session:
-                n = fleet.prune_admission_log(session, before=before, limit=fleet.PRUNE_BATCH)
+                n = admission_log.prune_admission_log(session, before=before, limit=admission_log.PRUNE_BATCH)
             deleted += n
-            if n < fleet.PRUNE_BATCH:
+            if n < admission_log.PRUNE_BATCH:
                 break
     with session_scope(engine, read_only=True) as session:
-        oldest = fleet.oldest_admission(session)
+        oldest = admission_log.oldest_admission(session)
     return PruneReport(before, deleted, oldest)
 
 

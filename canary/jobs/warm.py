@@ -128,7 +128,7 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
     import anyio
 
     from evidence_store import warm_queue
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
 
     engine = open_store_for_writing(db_url)
     report = WarmReport(plan=plan.name, budget_s=plan.budget_s)
@@ -288,7 +288,7 @@ def pair_value(pair: PlannedPair, engine: Any) -> float:
 def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, driver: str) -> None:
     """For the drift report: the newest stale record of each probed pair (recorded under another driver)."""
     from canary.admission import pair_key
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.evidence import list_evidence
 
     engine = open_store_for_writing(db_url)
@@ -339,7 +339,7 @@ def stale_preview(db_url: str | None, *, driver: str, device_type: str | None) -
 
     if not store_exists(store_url(db_url)):
         return []
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
 
     engine = open_store_for_writing(db_url)
     with session_scope(engine, read_only=True) as session:
@@ -366,7 +366,7 @@ def planned_pairs_by_type(plan: WarmPlan | None, driver: str) -> dict[str, list[
     """The plan's pairs (as drift-report entries: label, pair digest, key digests) by device type; a
     pair whose device cannot be reached now is left out (the warm run reports it as failed)."""
     from canary.admission import pair_key
-    from evidence_store import probe_queue
+    from evidence_store.service import probe_queue
 
     out: dict[str, list[dict[str, Any]]] = {}
     for pair in plan.pairs if plan is not None else ():
@@ -391,15 +391,15 @@ def mark_stale_and_record_drift(db_url: str | None, *, driver: str, device_type:
     drift event ids)."""
     import socket
 
-    from evidence_store import evidence, fleet
-    from evidence_store.engine import session_scope
+    from evidence_store import drift, evidence
+    from evidence_store.database import session_scope
 
     pairs = planned_pairs_by_type(plan, driver)
     engine = open_store_for_writing(db_url)
     with session_scope(engine) as session:
         groups = _stale_groups(session, driver=driver, device_type=device_type)
         marked = evidence.mark_stale(session, driver_not=driver, device_type=device_type)
-        ids = [fleet.record_drift(session, device_id=f"revalidate:{g.device_type}", node=socket.gethostname(),
+        ids = [drift.record_drift(session, device_id=f"revalidate:{g.device_type}", node=socket.gethostname(),
                                   device_type=g.device_type, old_driver=g.old_driver, new_driver=driver,
                                   stale_marked=g.records, budget=len(pairs.get(g.device_type, [])),
                                   probes=pairs.get(g.device_type, []), now=now, note=note)

@@ -1,7 +1,7 @@
 """Bearer tokens with scopes: ``read``, ``fit``, ``admit``, ``feedback``, ``admin`` (admin implies all);
 the check itself is ``canary.serve.deps.authorize``.
 
-The store keeps only scrypt hashes (``evidence_store.tokens``). A verified token is cached in this
+The store keeps only scrypt hashes (``evidence_store.service.tokens``). A verified token is cached in this
 process, keyed by the SHA-256 of the token, for ``token_cache_s``: the slow hash is paid once per
 token and worker, and a revoked token stops working everywhere within that time.
 """

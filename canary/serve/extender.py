@@ -37,10 +37,10 @@ from canary.serve.service import Service
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from canary._model import PairKey
     from canary.admission.flow import Stage1
     from canary.admission.request import Request as Question
     from canary.backends import ResolvedDevice
-    from evidence_store.keys import PairKey
     from evidence_store.service.probe_queue import ProbeTicket
 
 MAX_EXTENDER_PRIORITY = 10
@@ -182,16 +182,12 @@ def _score(cert: Certificate, spec_memory_bytes: int, bound_pct: float) -> int:
 def decide_device(req: Question, access: EvidenceAccess, now: dt.datetime, *,
                   stage1: Stage1) -> tuple[Certificate, tuple[PairKey, ...]]:
     """``canary fit`` of one device and the pair keys a probe would settle, from one read of the store
-    (bookings and evidence in one statement; on a device with MIG on, the instances booked first): the
-    certificate ``canary.admission.fit`` gives and the keys ``pairs_to_probe`` gives, without reading
-    and running stage 1 twice."""
-    from canary.admission.decisions import make_certificate, settle
+    (``EvidenceAccess.read_and_settle``, where ``canary.admission.fit`` and ``pairs_to_probe`` start
+    too), without reading and running stage 1 twice."""
+    from canary.admission.decisions import make_certificate
 
-    req = access.with_mig_bookings(req, now)  # MIG: instances others booked are taken
-    reserved, source, evidence = access.decision_inputs(req, now)
-    hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
-    settled = settle(req, hard, evidence)
-    return make_certificate(req, hard, settled.decision, now), tuple(settled.probe_keys)
+    s = access.read_and_settle(req, now, stage1=stage1)
+    return make_certificate(s.req, s.hard, s.settled.decision, now), s.settled.probe_keys
 
 
 def _queue_probe(svc: Service, device_id: str, keys: tuple[PairKey, ...], queued: QueuedRequest,

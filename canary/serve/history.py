@@ -14,8 +14,8 @@ import anyio
 import anyio.to_thread
 
 if TYPE_CHECKING:
+    from canary._model import PairKey
     from canary.serve.resolve import Resolved
-    from evidence_store.keys import PairKey
 
 log = logging.getLogger("canary.serve")
 

@@ -171,7 +171,7 @@ class DecisionReads:
         import psycopg
         from psycopg_pool import PoolTimeout
 
-        from evidence_store.engine import short_error
+        from evidence_store.database import short_error
         from evidence_store.lookup import read_batch_async
 
         pool = self._pool
@@ -200,12 +200,12 @@ class DecisionReads:
             raise self._unavailable(short_error(err)) from err
         except psycopg.Error as err:
             from canary.errors import StoreUnavailable
-            from evidence_store.engine import redact
+            from evidence_store.database import redact
 
             raise StoreUnavailable(f"evidence store {redact(self.engine.url)} failed: {short_error(err)}") from err
 
     def _unavailable(self, why: str) -> Exception:
-        from evidence_store.engine import redact
+        from evidence_store.database import redact
         from evidence_store.errors import TransientStoreError
 
         return TransientStoreError(f"evidence store {redact(self.engine.url)} is unavailable: {why}")

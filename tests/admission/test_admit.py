@@ -102,7 +102,7 @@ def test_admit_cli_json_and_progress(tmp_path: Path) -> None:
 
 
 def test_store_on_an_older_schema_is_never_migrated_silently(tmp_path: Path) -> None:
-    from evidence_store.engine import current, upgrade
+    from evidence_store.migrate import current, upgrade
 
     db = _db(tmp_path)
     upgrade(db, "5e1d0c3a9b21")  # an existing store at the first revision: tables, but an older schema

@@ -11,6 +11,7 @@ from typing import Literal
 
 import pytest
 
+from canary._model import PairKey
 from canary.admission import Request, load_request, pair_key
 from canary.admission.decisions import (
     REVALIDATION_TRIGGERS,
@@ -30,7 +31,6 @@ from canary.probe.judge import DecidingRule, Judgment
 from canary.probe.orchestrator import Outcome, ProbeResult
 from canary.regime import Regime
 from canary.snapshot import Resident
-from evidence_store.keys import PairKey
 from tests.support.paths import EXAMPLES
 
 SNAP = str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml")

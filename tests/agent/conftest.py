@@ -15,7 +15,7 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from tests.conftest import canary_cmd, cli_env
 from tests.evidence_store.conftest import PgServer, _need_pg
 from tests.serve.conftest import EX, backend, pg_server, server_factory

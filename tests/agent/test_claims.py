@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.fleet_models import PublishedSnapshot
 from tests.agent.conftest import WAIT_S, rows, wait_for, write_device
 from tests.conftest import canary_cmd, cli_env

@@ -19,7 +19,7 @@ import pytest
 
 from evidence_store.fleet_models import DriftEvent, PublishedSnapshot
 from evidence_store.models import Evidence
-from evidence_store.serve_models import ServeProbe
+from evidence_store.service.models import ServeProbe
 from tests.agent.conftest import WAIT_S, rows, wait_for, write_device
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import make_token, profile_doc

@@ -16,11 +16,12 @@ import pytest
 from canary.admission.store import request_keys
 from canary.serve.resolve import resolve
 from canary.serve.schemas import DecisionRequest
-from evidence_store import fleet, probe_queue
-from evidence_store.engine import make_engine, session_scope
+from evidence_store import admission_log, published
+from evidence_store.database import make_engine, session_scope
 from evidence_store.evidence import record_evidence
 from evidence_store.fleet_models import WarmPlanRecord
 from evidence_store.schemas import EvidenceIn
+from evidence_store.service import probe_queue
 from tests.agent.conftest import WAIT_S, rows
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import profile_doc, snapshot_doc
@@ -79,7 +80,7 @@ def test_warm_from_history_picks_the_requested_and_expiring_pairs(tmp_path: Path
         for seconds, pair in events:  # what the service logs for each admission
             r = resolved[pair]
             keys = pair_keys_of(r.request)
-            fleet.log_admission(session, pair_digest=probe_queue.pair_digest(keys),
+            admission_log.log_admission(session, pair_digest=probe_queue.pair_digest(keys),
                                 key_digests=[k.digest() for k in keys], device_type="h100-sxm",
                                 device_id=r.request.device_id, label=f"hist-{pair}", verdict="probe",
                                 request_json=r.request_json, now=now - dt.timedelta(seconds=seconds + 60))
@@ -144,7 +145,7 @@ def _fill_day(url: str, resolved: dict[str, Any], now: dt.datetime) -> None:
             for seconds, pair in _recorded():
                 r = resolved[pair]
                 keys = pair_keys_of(r.request)
-                fleet.log_admission(session, pair_digest=probe_queue.pair_digest(keys),
+                admission_log.log_admission(session, pair_digest=probe_queue.pair_digest(keys),
                                     key_digests=[k.digest() for k in keys], device_type=r.request.spec.name,
                                     device_id=r.request.device_id, label=f"hist-{pair}", verdict="probe",
                                     request_json=r.request_json, now=now - dt.timedelta(seconds=seconds + 60))
@@ -220,7 +221,7 @@ def test_expiring_within_reaches_the_agent_that_runs_the_probe(store_url: str, t
     evidence) for the agent with their fresh-until time, and the agent probes them — it does not answer
     them from the evidence that is still fresh tonight."""
     from canary.admission.request import QueuedRequest
-    from evidence_store.serve_models import ServeProbe
+    from evidence_store.service.models import ServeProbe
     from tests.agent.conftest import wait_for, write_device
 
     device = write_device(tmp_path / "gpu0.yaml", uuid="GPU-history-0")
@@ -232,7 +233,7 @@ def test_expiring_within_reaches_the_agent_that_runs_the_probe(store_url: str, t
             def on_agent(pair: str) -> Any:
                 body = DecisionRequest(device="agent:n1/gpu0", candidate=profile_doc(version=f"hist-{pair}"))
                 return resolve(body, lambda *_: None, default_policy="default", reserve=False, seed=0,
-                               published=lambda ref: fleet.get_by_ref(session, ref))
+                               published=lambda ref: published.get_by_ref(session, ref))
 
             resolved = {p: on_agent(p) for p in sorted({p for _, p in _recorded()})}
     finally:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from evidence_store import fleet
-from evidence_store.engine import make_engine, session_scope
-from evidence_store.serve_models import ServeProbe
+from evidence_store import published
+from evidence_store.database import make_engine, session_scope
+from evidence_store.service.models import ServeProbe
 from tests.agent.conftest import WAIT_S, rows
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import make_token, profile_doc, snapshot_doc
@@ -29,7 +29,7 @@ def _publish(url: str, node: str, doc: dict[str, Any], *, age_s: float = 0.0) ->
     engine = make_engine(url)
     try:
         with session_scope(engine) as session:
-            pub = fleet.publish(session, node=node, name="gpu0", agent=f"agent/{node}@test", snapshot_json=doc,
+            pub = published.publish(session, node=node, name="gpu0", agent=f"agent/{node}@test", snapshot_json=doc,
                                 device_type=doc["device_type"], driver_version=doc.get("driver_version"),
                                 device_uuid=doc.get("uuid"), taken_at=now - dt.timedelta(seconds=age_s), now=now,
                                 claim_s=30)

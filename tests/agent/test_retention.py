@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from evidence_store import fleet
-from evidence_store.engine import make_engine, session_scope
+from evidence_store import admission_log
+from evidence_store.database import make_engine, session_scope
 from evidence_store.fleet_models import AdmissionLog
 from tests.agent.conftest import WAIT_S, rows, wait_for, write_device
 from tests.conftest import canary_cmd, cli_env
@@ -28,7 +28,7 @@ def _fill(url: str) -> None:
     try:
         with session_scope(engine) as s:
             for name, days in AGES_DAYS.items():
-                fleet.log_admission(s, pair_digest=name, key_digests=[name], device_type="h100-sxm", device_id="d",
+                admission_log.log_admission(s, pair_digest=name, key_digests=[name], device_type="h100-sxm", device_id="d",
                                     label=name, verdict="admit", request_json={"device": {"ref": "x"}},
                                     now=now - dt.timedelta(days=days))
     finally:

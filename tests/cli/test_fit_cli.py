@@ -115,7 +115,7 @@ GPU_FIT_CANARY = frozenset({"cli", "commands", "errors", "_model", "_values", "a
 # Of canary.probe only the request check of the factory may be loaded, never a runner.
 GPU_FIT_PROBE = frozenset({"canary.probe", "canary.probe.factory"})
 # Of the store package only the pure parts (the store's URL, the pair key), never the engine.
-GPU_FIT_STORE = frozenset({"evidence_store", "evidence_store.location", "evidence_store.keys"})
+GPU_FIT_STORE = frozenset({"evidence_store", "evidence_store.location"})
 
 _MODULES_AFTER_GPU_FIT = (
     "import sys\n"
@@ -171,9 +171,9 @@ def test_gpu_fit_checks_a_store_url_without_loading_store_code(tmp_path: Path) -
 
 def test_schema_head_constant_is_alembics_head() -> None:
     """``check_schema`` recognises a current store by ``SCHEMA_HEAD`` without importing Alembic."""
-    from evidence_store.engine import SCHEMA_HEAD, head_revisions
+    from evidence_store.migrate import SCHEMA_HEAD, head_revisions
 
-    assert head_revisions() == (SCHEMA_HEAD,), "a new migration: set evidence_store.engine.SCHEMA_HEAD to its revision"
+    assert head_revisions() == (SCHEMA_HEAD,), "a new migration: set evidence_store.migrate.SCHEMA_HEAD to its revision"
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.evidence import record_evidence
 from tests.evidence_store.evidence_store_testkit import evidence
 from tests.security.adversarial import store_digest

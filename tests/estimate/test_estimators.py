@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from canary._model import PairKey
 from canary.admission import load_request, pair_key
 from canary.bench.policies import predicted_slowdown_pct
 from canary.errors import InputError
@@ -27,9 +28,9 @@ from canary.estimate.store import StoreReader, transfer_outcomes
 from canary.estimate.transfer import SIMILARITY, TransferEstimator, neighbour_kind
 from canary.regime import Regime
 from canary.snapshot import Resident
-from evidence_store.engine import open_store, session_scope
+from evidence_store.database import session_scope
 from evidence_store.evidence import record_evidence
-from evidence_store.keys import PairKey
+from evidence_store.migrate import open_store
 from evidence_store.schemas import EvidenceIn
 from tests.support.paths import EXAMPLES
 from tests.support.stores import migrated_sqlite

@@ -1,6 +1,6 @@
 """PairKey: canonical form, stable digest, validation; and the light-import promise of ``gpu-fit``.
 
-The key lives in the models (``canary._model``); ``evidence_store.keys`` re-exports it."""
+The key lives in the models (``canary._model``); ``evidence_store`` names it ``PairKey``."""
 
 from __future__ import annotations
 
@@ -80,15 +80,13 @@ def test_bad_keys_name_the_field(data: dict[str, object], field: str, problem: s
 
 def test_the_store_names_the_models_key() -> None:
     import evidence_store
-    import evidence_store.keys
 
-    assert evidence_store.keys.PairKey is PairKey is evidence_store.PairKey
-    assert evidence_store.keys.KEY_FIELDS is KEY_FIELDS
+    assert evidence_store.PairKey is PairKey
 
 
 def test_importing_keys_and_package_does_not_import_sqlalchemy() -> None:
     code = (
-        "import sys, evidence_store, evidence_store.keys\n"
+        "import sys, evidence_store, canary._model\n"
         "from evidence_store import PairKey\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'alembic', 'psycopg'))\n"
         "print(','.join(bad))\n"

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from canary.admission import request_from_json
 from canary.admission.store import request_keys
-from evidence_store import probe_queue
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.fleet_models import AdmissionLog
+from evidence_store.service import probe_queue
 from tests.support.cli import run_in_process
 from tests.support.paths import EXAMPLES, canary_cmd, cli_env
 from tests.support.stores import migrated_sqlite

@@ -14,7 +14,7 @@ from canary.errors import InputError
 from canary.jobs.plan import PlannedPair, WarmPlan
 from canary.jobs.warm import warm_fleet_async
 from evidence_store import warm_queue
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.models import WarmQueue
 from tests.conftest import EXAMPLES
 from tests.support.stores import migrated_sqlite

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
+from canary._model import PairKey
 from canary.admission.recovery import RecoverReport, kill_orphan, recover, recover_store
 from canary.probe.procs import group_alive
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.journal import journal_get, journal_start
-from evidence_store.keys import PairKey
 from tests.support.helpers import free_port
 from tests.support.stores import migrated_sqlite
 from tests.support.subprocesses import HANG_S, Child

@@ -15,7 +15,7 @@ import pytest
 
 from canary.probe.orchestrator import ROLLBACK_GRACE_S
 from canary.probe.procs import group_alive, signal_group
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.journal import journal_get
 from tests.support.helpers import free_port
 from tests.support.paths import ROOT

@@ -332,7 +332,7 @@ def write_files(folder: Path, now: datetime) -> dict[str, str]:
     files["imp_crlf_binary"] = (HEADER + "\r\n").encode() + b"\xff\xfe\x00garbage\n"
 
     # Signed with the fleet key, then edited; and unsigned, where the fleet requires a signature.
-    from evidence_store.cli_support import _export_lines
+    from evidence_store.export_file import _export_lines
     from evidence_store.schemas import EvidenceOut
 
     fleet_key = b"adversarial-fleet-key-0123456789"

@@ -130,7 +130,7 @@ def export_files(draw: st.DrawFn) -> str:
 
 def check_import(text: str, folder: Path) -> None:
     """Reading and checking an export file ends in records or ``InputError``, nothing else."""
-    from evidence_store.cli_support import read_export
+    from evidence_store.export_file import read_export
     from evidence_store.import_check import check_record
     from tests.security.adversarial import now_utc
 

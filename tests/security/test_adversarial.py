@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from canary.cli import _run, build_parser
-from evidence_store import engine as store_engine
-from evidence_store.engine import RetryPolicy, make_engine, session_scope, upgrade
+from evidence_store import database
+from evidence_store.database import RetryPolicy, make_engine, session_scope
+from evidence_store.migrate import upgrade
 from tests.conftest import canary_cmd, cli_env
 from tests.security.adversarial import (
     Case,
@@ -89,7 +90,7 @@ def test_adversarial_input_in_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     folder, paths, store = world
-    monkeypatch.setattr(store_engine, "DEFAULT_RETRY", RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02))
+    monkeypatch.setattr(database, "DEFAULT_RETRY", RetryPolicy(attempts=2, initial_wait_s=0.01, max_wait_s=0.02))
     monkeypatch.setenv("CANARY_DB_URL", store)
     monkeypatch.setenv("XDG_DATA_HOME", str(folder / "xdg"))
     argv = expand(case, paths, store)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy import exc, make_url
 
 from canary.errors import InputError
-from evidence_store.engine import normalize_url, redact, translate
+from evidence_store.database import normalize_url, redact, translate
 from evidence_store.location import check_db_url, redact_url
 from tests.support.cli import run_in_process
 from tests.support.paths import EXAMPLES, canary_cmd, cli_env

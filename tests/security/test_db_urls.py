@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from canary.errors import InputError
-from evidence_store.engine import normalize_url, redact
+from evidence_store.database import normalize_url, redact
 from evidence_store.location import check_db_url, redact_url
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evidence_store.engine import upgrade
+from evidence_store.migrate import upgrade
 from tests.security.adversarial import POLICY, PROFILE, SNAPSHOT
 from tests.security.fuzz_targets import (
     check_cli,

@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from evidence_store.engine import make_engine, session_scope, upgrade
+from evidence_store.database import make_engine, session_scope
+from evidence_store.migrate import upgrade
 from tests.conftest import canary_cmd, cli_env
 from tests.evidence_store.conftest import BACKENDS, PgServer, _need_pg, pg_server
 from tests.support.helpers import free_port
@@ -29,7 +30,7 @@ HTTP_TIMEOUT = httpx.Timeout(30.0)
 
 
 def make_token(url: str, *scopes: str) -> str:
-    from evidence_store import tokens
+    from evidence_store.service import tokens
 
     engine = make_engine(url)
     try:

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import event, func, select
 
 from canary.admission import admit, load_request
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.models import Certificate as CertificateRow
 from tests.support.paths import EXAMPLES
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from evidence_store import fleet
-from evidence_store.engine import make_engine, session_scope
+from evidence_store import published
+from evidence_store.database import make_engine, session_scope
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import EX, make_token, snapshot_doc
 
@@ -26,7 +26,7 @@ def _publish(url: str, node: str, doc: dict[str, Any]) -> None:
     engine = make_engine(url)
     try:
         with session_scope(engine) as session:
-            fleet.publish(session, node=node, name="gpu0", agent=f"agent/{node}@test", snapshot_json=doc,
+            published.publish(session, node=node, name="gpu0", agent=f"agent/{node}@test", snapshot_json=doc,
                           device_type=doc["device_type"], driver_version=doc.get("driver_version"),
                           device_uuid=doc.get("uuid"), taken_at=now, now=now, claim_s=30)
     finally:

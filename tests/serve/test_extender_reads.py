@@ -19,8 +19,8 @@ from canary.admission.request import QueuedRequest
 from canary.serve.config import ServeConfig
 from canary.serve.extender import Pod, decide_node
 from canary.serve.service import Service
-from evidence_store import probe_queue, registry
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
+from evidence_store.service import probe_queue, registry
 from tests.serve.conftest import EX, profile_doc
 from tests.support.stores import migrated_sqlite
 

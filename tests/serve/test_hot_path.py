@@ -15,16 +15,17 @@ import anyio
 import pytest
 from sqlalchemy import event, func, select, text
 
+from canary._model import PairKey
 from canary.errors import InputError
 from canary.profile import WorkloadProfile
 from canary.serve import resolve as R
 from canary.serve.history import AdmissionHistory
 from canary.snapshot import DeviceSnapshot
-from evidence_store import fleet
-from evidence_store.engine import PING_AFTER_IDLE_S, make_engine, session_scope, upgrade
+from evidence_store import admission_log
+from evidence_store.database import PING_AFTER_IDLE_S, make_engine, session_scope
 from evidence_store.fleet_models import AdmissionLog
-from evidence_store.keys import PairKey
 from evidence_store.lookup import key_digest
+from evidence_store.migrate import upgrade
 from tests.evidence_store.conftest import PgServer, _need_pg
 from tests.serve.conftest import Api, profile_doc, snapshot_doc
 
@@ -180,11 +181,11 @@ def test_log_admission_still_writes_one_row(tmp_path: Path) -> None:
     try:
         with session_scope(engine) as s:
             e = _entry(7)
-            fleet.log_admission(s, **e)
+            admission_log.log_admission(s, **e)
             row = s.scalars(select(AdmissionLog)).one()  # visible in the same transaction
         assert row.pair_digest == "p7" and row.key_digests == ["k7"] and row.request_json == {"i": 7}
         with session_scope(engine) as s:
-            fleet.log_admissions(s, [])  # nothing: no statement
+            admission_log.log_admissions(s, [])  # nothing: no statement
             assert s.scalar(select(func.count()).select_from(AdmissionLog)) == 1
     finally:
         engine.dispose()

@@ -11,7 +11,7 @@ import anyio
 
 from canary.serve.app import create_app
 from canary.serve.config import ServeConfig
-from evidence_store.engine import upgrade
+from evidence_store.migrate import upgrade
 from tests.evidence_store.conftest import PgServer, _need_pg
 
 

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.models import Evidence, ProbeJournal
-from evidence_store.serve_models import ServeProbe
+from evidence_store.service.models import ServeProbe
 from tests.serve.conftest import Server, make_token, profile_doc, snapshot_doc
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine, delete, text
 
 from canary.serve.reads import DecisionReads
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.errors import TransientStoreError
 from evidence_store.evidence import record_evidence
 from evidence_store.lookup import decision_read, key_digest

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
+from canary._model import PairKey
 from canary.errors import InputError
-from evidence_store import probe_queue, registry, tokens
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.errors import LeaseLost
-from evidence_store.keys import PairKey
-from evidence_store.serve_models import ServeProbe
+from evidence_store.service import probe_queue, registry, tokens
+from evidence_store.service.models import ServeProbe
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -181,8 +181,8 @@ def test_a_probe_that_ends_between_the_look_and_the_insert_is_joined(
 RACER = textwrap.dedent("""
     import sys
     from datetime import UTC, datetime
-    from evidence_store import probe_queue
-    from evidence_store.engine import make_engine, session_scope
+    from evidence_store.database import make_engine, session_scope
+    from evidence_store.service import probe_queue
     engine = make_engine(sys.argv[1])
     with session_scope(engine) as s:
         ticket, joined = probe_queue.submit(s, digest="d" * 64, device_id="gpu-" + sys.argv[2],
@@ -228,7 +228,7 @@ def test_tokens_are_hashed_scoped_and_revocable(store_url: str) -> None:
         secret, info = tokens.create(s, name="ci", scopes=["fit", "read"], now=T0, expires_at=T0 + timedelta(days=1))
         with pytest.raises(InputError):
             tokens.create(s, name="x", scopes=["root"], now=T0)
-    from evidence_store.serve_models import ApiToken
+    from evidence_store.service.models import ApiToken
 
     with session_scope(engine, read_only=True) as s:
         row = s.get(ApiToken, info.id)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from evidence_store.engine import make_engine, session_scope
+from evidence_store.database import make_engine, session_scope
 from evidence_store.fleet_models import AdmissionLog
 from tests.conftest import canary_cmd, cli_env
 from tests.serve.conftest import HTTP_TIMEOUT, Api, Server, make_token, profile_doc, snapshot_doc

@@ -17,7 +17,7 @@ import anyio
 from canary.policy import RiskBudget
 from canary.probe.executors.process import ProcessExecutor
 from canary.probe.orchestrator import ProbeProgress, run_probe
-from evidence_store.engine import make_engine
+from evidence_store.database import make_engine
 from evidence_store.journal import StoreJournal
 from tests.support.doubles import Bench, FakeMonitor
 from tests.support.helpers import candidate_profile

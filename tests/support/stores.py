@@ -1,6 +1,6 @@
 """Migrated SQLite stores without running the migration chain once per test.
 
-The first call in a test process runs the real Alembic chain (``evidence_store.engine.upgrade``) on a
+The first call in a test process runs the real Alembic chain (``evidence_store.migrate.upgrade``) on a
 template file in a folder of the session; every call copies that file (SQLite's backup API: a
 consistent snapshot whatever the journal state). The copy holds exactly the rows and schema the chain
 made, so a test gets the same store it would get from ``upgrade`` on an empty file, in milliseconds
@@ -27,7 +27,7 @@ def _migrated_template() -> Path:
     global _template
     with _lock:
         if _template is None:
-            from evidence_store.engine import upgrade
+            from evidence_store.migrate import upgrade
 
             folder = Path(tempfile.mkdtemp(prefix="canary-test-template-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
