@@ -81,6 +81,7 @@ from canary.probe.judge import (  # noqa: E402
     JudgeSettings,
     pair_contrasts,
     pair_schedule,
+    predictable_range,
     sequential_paths,
 )
 from canary.quantiles import quantile  # noqa: E402
@@ -331,7 +332,8 @@ def sequential(w: Windows, settings: JudgeSettings, *, guard: bool) -> Outcome:
     base = np.where(w.baseline_n >= settings.min_samples_per_window, w.baseline, np.nan)
     z = pair_contrasts(w.off, w.on, valid, base, settings.bound_ratio)
     left = np.broadcast_to(horizon - 1 - np.arange(horizon), (trials, horizon)).astype(np.int64)
-    paths = sequential_paths(z, settings, pairs_left_after=left)
+    paths = sequential_paths(z, settings, pairs_left_after=left,
+                             safe_range=predictable_range(w.off, valid & np.isfinite(w.off), settings))
     event = paths.safe | paths.unsafe | paths.futile
     k = _first_true(event)
     rows = np.arange(trials)
@@ -382,7 +384,8 @@ class _Path:
 def _judge_by_pair(off: np.ndarray, on: np.ndarray, valid: np.ndarray, base: np.ndarray, left: np.ndarray,
                    settings: JudgeSettings) -> _Path:
     z = pair_contrasts(off, on, valid, base, settings.bound_ratio)
-    paths = sequential_paths(z, settings, pairs_left_after=left)
+    paths = sequential_paths(z, settings, pairs_left_after=left,
+                             safe_range=predictable_range(off, valid & np.isfinite(off), settings))
     out = []
     for flags in (paths.safe, paths.unsafe, paths.futile):
         by_pair = np.zeros_like(flags)

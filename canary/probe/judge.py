@@ -31,23 +31,30 @@ The pipeline, each step testable alone (knobs from the :class:`~canary.policy.Ri
    conditional mean. ``E[z_i | past] ≥ 0`` for every pair exactly when each pair's mean ratio is at
    least ``r``. The contrast is clipped below at ``−U`` (:attr:`JudgeSettings.range_z`): that can only
    raise it, so it makes a *safe* claim harder, never easier. Above, nothing is clipped: a pair with
-   ``z > U`` — an on-window more than the range (default 4 × the bound, the default per-window guard
-   plus the bound) slower than the scale — is **out of range**, and after one the judge never says
-   *safe* again (the orchestrator's guard has normally rolled such a window back already).
+   ``z > U_i`` is **out of range**, and after one the judge never says *safe* again. ``U_i`` is the
+   larger of ``U`` — an on-window more than the range (default 4 × the bound, the default per-window
+   guard plus the bound) slower than the scale — and ``κ · √2 · cv_i``, ``κ`` standard deviations
+   (:attr:`JudgeSettings.range_spreads`, 4) of a contrast with no slowdown at all, ``cv_i`` being the
+   coefficient of variation of the usable canary-off windows before pair ``i``
+   (:func:`predictable_range`). ``U_i`` is known before pair ``i`` and reads no window the candidate
+   ran in, so the test below keeps its bound with it; a resident whose own windows wander by ±10%
+   no longer closes the safe side for good on one chance excursion its off-windows show as well.
 3. :func:`sequential_paths` — two one-sided betting tests (Waudby-Smith & Ramdas, "Estimating means of
    bounded random variables by betting", JRSS-B 2024, arXiv:2010.09686)::
 
        K_n^safe(r)   = Π (1 − λ_i z_i(r)),     K_n^unsafe(r) = Π (1 + μ_i max(z_i(r), −U))
 
    with predictable bets (aGRAPA: ``λ_i = −m/(v + m²)`` from the mean ``m`` and variance ``v`` of the
-   earlier contrasts, capped at ``c/U``). Under the null "mean ratio ≥ r" (every conditional mean of
-   ``z`` ≥ 0, any dependence, any shape) and ``z ≤ U``, ``K^safe`` is a nonnegative supermartingale,
+   earlier contrasts, capped at ``c/U_i`` for *safe* and ``c/U`` for *unsafe*). Under the null "mean
+   ratio ≥ r" (every conditional mean of ``z`` ≥ 0, any dependence, any shape) and ``z_i ≤ U_i``,
+   ``K^safe`` is a nonnegative supermartingale (``U_i`` is predictable, so each factor is still
+   ``≥ 1 − c`` with conditional mean ≤ 1),
    so by Ville's inequality ``P(∃n: K_n^safe ≥ 1/α) ≤ α``: the *safe* claim keeps its error bound
    under a look after every pair and any stopping rule. Symmetrically for *unsafe*.
 4. Two guards for what a martingale cannot see, both of which only *withhold* a safe verdict:
 
-   - **bursts rarer than the probe**: a slowdown carried by a few very slow windows is out of range
-     and shows only when one of those windows is sampled. A safe verdict therefore needs at least
+   - **bursts rarer than the probe**: a slowdown carried by a few very slow windows (beyond ``U_i``)
+     is out of range and shows only when one of those windows is sampled. A safe verdict therefore needs at least
      ``min_safe_pairs = ⌈log α / log(1 − p)⌉`` usable pairs without an out-of-range one, so bursts in
      at least a fraction ``p`` (``burst_rate_guarded``) of the windows are seen with probability
      ``≥ 1 − α`` before any admit;
@@ -74,7 +81,9 @@ prior's posterior. Its bets are predictable and bounded like the others, so the 
 whatever the prior says; a wrong prior costs at most ``log 2`` of log-capital (time), a right one
 decides *unsafe* sooner (:func:`sequential_paths`; ``docs/judge-prior.md``).
 
-Where the guarantee stops (also in ``docs/canary.md``): bursts rarer than ``p``; interference whose
+Where the guarantee stops (also in ``docs/canary.md``): bursts beyond the range ``U_i`` in fewer than a
+fraction ``p`` of the windows (a safe verdict then bounds the slowdown carried by windows within
+``max(U, κ`` spreads of the resident's own off-windows``)``, not the bursts' share); interference whose
 correlation time is so long against the probe that the probe sees one nearly flat stretch of it (the
 estimate of ``τ`` from ``n`` pairs cannot exceed what ``n`` pairs show: measured, AR(1) with φ 0.95 —
 ``τ`` ≈ 20 pairs — is held at α only because its per-pair wander is visible within a 120-pair probe;
@@ -164,7 +173,9 @@ class JudgeSettings:
     ``range_slowdown_pct``: the largest slowdown of one on-window against the scale that the judge's
     range holds (default: 4 × the bound, which is the default per-window guard plus the bound). ``burst_rate_guarded``: the rarest fraction of slow windows
     a safe verdict must have had the chance to see (see :attr:`min_safe_pairs`). ``coverage_pairs``: the
-    pairs a safe verdict needs to span the probe's coverage horizon (0: none beyond the burst rule)."""
+    pairs a safe verdict needs to span the probe's coverage horizon (0: none beyond the burst rule).
+    ``range_spreads``: ``κ`` of the safe test's per-pair range ``max(U, κ · √2 · cv)`` from the resident's
+    own canary-off windows (:func:`predictable_range`; 0: the fixed range ``U`` alone)."""
 
     max_resident_slowdown_pct: float
     required_confidence: float
@@ -176,6 +187,7 @@ class JudgeSettings:
     burst_rate_guarded: float = 0.05
     coverage_pairs: int = 0
     prior: SlowdownPrior | None = None
+    range_spreads: float = 4.0
 
     def __post_init__(self) -> None:
         if not self.max_resident_slowdown_pct > 0:
@@ -192,6 +204,8 @@ class JudgeSettings:
             raise ValueError("burst_rate_guarded must lie in (0, 1)")
         if self.coverage_pairs < 0:
             raise ValueError("coverage_pairs must be >= 0")
+        if not (math.isfinite(self.range_spreads) and self.range_spreads >= 0):
+            raise ValueError("range_spreads must be a finite number >= 0")
         if self.prior is not None and not isinstance(self.prior, SlowdownPrior):
             raise ValueError(f"prior must be a SlowdownPrior or None, not {type(self.prior).__name__}")
 
@@ -380,6 +394,34 @@ def pair_contrasts(
     return np.where(valid & np.isfinite(scale), z, np.nan)
 
 
+#: Canary-off windows before the resident's own spread may widen the safe test's range.
+_RANGE_MIN_OFF = 5
+
+
+def predictable_range(off_stats: FloatArray, valid: BoolArray, settings: JudgeSettings) -> FloatArray:
+    """The safe test's range per pair, ``U_i = max(U, κ · √2 · cv_i)``, in contrast units (shape of
+    ``off_stats``).
+
+    ``cv_i`` is the coefficient of variation of the usable canary-off window statistics *before* pair
+    ``i`` (from :data:`_RANGE_MIN_OFF` of them; before that ``U``), so ``√2 · cv_i`` is the spread of a
+    contrast with no slowdown at all, and ``κ`` is :attr:`JudgeSettings.range_spreads`. It is known
+    before pair ``i`` is measured (predictable), and it reads only windows the candidate did not run
+    in, so the candidate cannot widen it by slowing the resident. A resident whose own windows wander
+    by ±10% would otherwise put one in every few dozen on-windows beyond a 4 × bound range by chance
+    alone, and after that one the safe side is closed for good."""
+    offs = np.where(valid, off_stats, 0.0)
+    n: FloatArray = (np.cumsum(valid, axis=1) - valid).astype(np.float64)
+    s1 = np.cumsum(offs, axis=1) - offs
+    s2 = np.cumsum(offs * offs, axis=1) - offs * offs
+    u = settings.range_z
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = s1 / np.maximum(n, 1)
+        var = np.maximum(s2 - n * mean * mean, 0.0) / np.maximum(n - 1, 1)
+        cv = np.sqrt(var) / mean
+        wide = settings.range_spreads * math.sqrt(2.0) * cv
+    return np.asarray(np.where((n >= _RANGE_MIN_OFF) & np.isfinite(wide), np.maximum(wide, u), u), dtype=np.float64)
+
+
 # ---------------------------------------------------------------------------------------------
 # 3./4. the sequential tests, vectorised over rows (probes, or candidate ratios)
 
@@ -405,7 +447,7 @@ class Paths:
     autocorrelation_time: FloatArray
 
 
-def _growth(mu: FloatArray, var: FloatArray, cap: float) -> FloatArray:
+def _growth(mu: FloatArray, var: FloatArray, cap: float | FloatArray) -> FloatArray:
     """Log-capital gained per pair at the best bet ≤ ``cap`` if the contrasts had mean ``mu`` (> 0 in
     the bet's favour) and variance ``var`` — the second-order (Kelly) approximation."""
     var = np.maximum(var, 1e-12)
@@ -424,6 +466,7 @@ def _prior_capital(
     kk: FloatArray,
     var: FloatArray,
     u: float,
+    u_safe: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
     """Log-capital of the prior's betting process, safe and unsafe side (see :func:`sequential_paths`).
 
@@ -447,9 +490,9 @@ def _prior_capital(
     post_var = var * shrink
     kelly = post_mean / (var + post_mean * post_mean + post_var)
     cap = _PRIOR_BET_FRACTION / u
-    bet_safe = np.clip(-kelly, 0.0, cap)
+    bet_safe = np.clip(-kelly, 0.0, _PRIOR_BET_FRACTION / u_safe)
     bet_unsafe = np.clip(kelly, 0.0, cap)
-    step_safe = np.log(np.maximum(1.0 - bet_safe * np.minimum(zc, u), 1e-300))
+    step_safe = np.log(np.maximum(1.0 - bet_safe * np.minimum(zc, u_safe), 1e-300))
     step_unsafe = np.log1p(bet_unsafe * low)
     return (np.cumsum(np.where(live, step_safe, 0.0), axis=1), np.cumsum(np.where(live, step_unsafe, 0.0), axis=1))
 
@@ -461,6 +504,7 @@ def sequential_paths(
     pairs_left_after: IntArray | None = None,
     dependence_of: Paths | None = None,
     ratio: float | FloatArray | None = None,
+    safe_range: FloatArray | None = None,
 ) -> Paths:
     """Run both betting tests, the range rule, the burst rule and the dependence check on contrasts
     ``z`` (rows × pairs, NaN = not usable). ``pairs_left_after[row, i]``: pairs the budget still allows
@@ -506,6 +550,14 @@ def sequential_paths(
     live = k[None, :] < count[:, None]
     zc = np.where(live, zc, 0.0)
     low = np.maximum(zc, -u)  # clipped below: raises the contrast, so only makes *safe* harder
+    # The safe test's range per pair (compacted like the contrasts): U, or wider where the resident's
+    # own canary-off windows spread wider (:func:`predictable_range`); never narrower than U.
+    if safe_range is None:
+        u_safe = np.full(zc.shape, u)
+    else:
+        u_safe = np.maximum(np.take_along_axis(np.broadcast_to(safe_range, z.shape), position, axis=1), u)
+        u_safe = np.where(np.isfinite(u_safe), u_safe, u)
+    cap_safe = _BET_FRACTION / u_safe
 
     # Predictable mean and variance of the earlier contrasts, shrunk towards 0 and (U/2)².
     prior_n, prior_var = 1.0, (u / 2.0) ** 2
@@ -516,18 +568,18 @@ def sequential_paths(
     ssd = np.maximum(s2 - np.where(kk > 0, s1 * s1 / np.maximum(kk, 1.0), 0.0), 0.0)
     var = (prior_var * prior_n + ssd) / (kk + prior_n)
     kelly = mean / (var + mean * mean)
-    bet_safe = np.clip(-kelly, 0.0, cap)
+    bet_safe = np.clip(-kelly, 0.0, cap_safe)
     bet_unsafe = np.clip(kelly, 0.0, cap)
 
-    out = live & (zc > u)
+    out = live & (zc > u_safe)
     dead = np.cumsum(out, axis=1) > 0
-    step_safe = np.log(np.maximum(1.0 - bet_safe * np.minimum(zc, u), 1e-300))
+    step_safe = np.log(np.maximum(1.0 - bet_safe * np.minimum(zc, u_safe), 1e-300))
     step_unsafe = np.log1p(bet_unsafe * low)
     log_safe = np.cumsum(np.where(live, step_safe, 0.0), axis=1)
     log_unsafe = np.cumsum(np.where(live, step_unsafe, 0.0), axis=1)
     if settings.prior is not None:
         p_log_safe, p_log_unsafe = _prior_capital(settings.prior, ratio, settings.bound_ratio, zc, low, live, s1, kk,
-                                                  var, u)
+                                                  var, u, u_safe)
         # K = (1 − w) K^data + w K^prior, in logs.
         keep, mix = math.log1p(-_PRIOR_WEIGHT), math.log(_PRIOR_WEIGHT)
         log_safe = np.logaddexp(log_safe + keep, p_log_safe + mix)
@@ -589,7 +641,8 @@ def sequential_paths(
         reach_safe = (
             ~dead
             & (n + left >= settings.min_safe_pairs)
-            & (run_max_safe + left * _growth(-mean_now + 2 * se, var_now, cap) >= np.maximum(inflation, 1.0) * threshold)
+            & (run_max_safe + left * _growth(-mean_now + 2 * se, var_now, cap_safe)
+               >= np.maximum(inflation, 1.0) * threshold)
         )
         reach_unsafe = run_max_unsafe + left * _growth(mean_now + 2 * se, var_now, cap) >= threshold
         # The autocorrelation time is left out here: from a few pairs it is too rough to give up on.
@@ -729,7 +782,9 @@ def confidence_interval(
         np.full(rows, baseline),
         grid,
     )
-    paths = sequential_paths(z, settings, dependence_of=at_bound, ratio=grid)
+    wide = predictable_range(off_stats[None, :], valid[None, :], settings)
+    paths = sequential_paths(z, settings, dependence_of=at_bound, ratio=grid,
+                             safe_range=np.broadcast_to(wide, z.shape))
     last = np.maximum(paths.usable - 1, 0)
     has = paths.usable > 0
     excluded_above = has & np.take_along_axis(paths.safe, last[:, None], axis=1)[:, 0]
@@ -810,7 +865,8 @@ def judge(
     left = None
     if max_pairs is not None:
         left = np.array([[max(0, max_pairs - (i + 1)) for i in range(len(pairs))]], dtype=np.int64)
-    paths = sequential_paths(z, settings, pairs_left_after=left)
+    wide = predictable_range(off_arr, valid, settings)
+    paths = sequential_paths(z, settings, pairs_left_after=left, safe_range=wide)
     last = tested - 1
     is_safe = bool(paths.safe[0, last])
     is_unsafe = bool(paths.unsafe[0, last])
@@ -823,7 +879,9 @@ def judge(
     est = f"slowdown {estimate:.2f}% (ratio of {of}), {conf:.0%} interval {span}"
     notes = []
     if out_of_range:
-        notes.append(f"{out_of_range} pair(s) beyond the range of {settings.range_z:.3f} (no safe verdict after one)")
+        first = int(np.flatnonzero(paths.out_of_range[0])[0])
+        at = float(np.take_along_axis(wide, paths.position, axis=1)[0, first])
+        notes.append(f"{out_of_range} pair(s) beyond the range of {at:.3f} (no safe verdict after one)")
     if bool(paths.dependence_blocked[0, last]):
         tau_now = float(paths.autocorrelation_time[0, last])
         notes.append(f"pairs look dependent (integrated autocorrelation time {tau_now:.2f}, batch-means variance "

@@ -16,6 +16,7 @@ from canary.probe.judge import (
     judge,
     pair_contrasts,
     pair_schedule,
+    predictable_range,
     preprocess_window,
     sequential_paths,
 )
@@ -150,6 +151,72 @@ def test_one_out_of_range_pair_ends_every_safe_verdict_after_it() -> None:
     assert paths.safe[0].any()
     assert not paths.safe[1].any()
     assert paths.out_of_range[1, 5] and paths.out_of_range[1].sum() == 1
+
+
+def test_the_safe_range_widens_only_with_the_residents_own_off_window_spread() -> None:
+    """U_i = max(U, κ·√2·cv of the off-windows before pair i): U until five off-windows, wider for a
+    resident whose windows wander, never narrower, and blind to the on-windows (the candidate's)."""
+    rng = np.random.default_rng(11)
+    n = 30
+    quiet = np.full((1, n), 10.0) * (1 + rng.normal(0, 0.01, (1, n)))
+    noisy = np.full((1, n), 10.0) * (1 + rng.normal(0, 0.15, (1, n)))
+    valid = np.ones((1, n), dtype=bool)
+    u = SETTINGS.range_z
+    q = predictable_range(quiet, valid, SETTINGS)[0]
+    w = predictable_range(noisy, valid, SETTINGS)[0]
+    assert np.all(q == pytest.approx(u)) and np.all(w[:5] == pytest.approx(u))
+    assert np.all(w >= u) and float(w[-1]) > 1.5 * u  # ~4·√2·0.15 = 0.85 against U 0.27
+    # predictable: pair i's range is the same whatever pair i's own off-window (or any later one) was
+    bumped = noisy.copy()
+    bumped[0, 20:] *= 3.0
+    assert np.array_equal(predictable_range(bumped, valid, SETTINGS)[0, :21], w[:21])
+    # unusable pairs do not count
+    holes = valid.copy()
+    holes[0, :10] = False
+    assert np.all(predictable_range(noisy, holes, SETTINGS)[0, :15] == pytest.approx(u))
+
+
+def test_a_noisy_residents_chance_excursion_no_longer_ends_the_safe_side() -> None:
+    """A resident whose windows wander by ±12% with no slowdown at all: one on-window past 4 × the bound
+    by chance closed the safe side for good; inside the resident's own spread it is counted instead."""
+    rng = np.random.default_rng(12)
+    n = 60
+    off = 10.0 * (1 + rng.normal(0, 0.12, (1, n)))
+    on = 10.0 * (1 + rng.normal(0, 0.12, (1, n)))
+    # 45% of the scale slower than the bound allows: beyond U (0.27), well inside 4 spreads (≈ 0.65)
+    on[0, 20] = SETTINGS.bound_ratio * (off[0, 20] + 4.5)
+    valid = np.ones((1, n), dtype=bool)
+    z = pair_contrasts(off, on, valid, np.array([10.0]), SETTINGS.bound_ratio)
+    fixed = sequential_paths(z, SETTINGS)
+    wide = sequential_paths(z, SETTINGS, safe_range=predictable_range(off, valid, SETTINGS))
+    assert fixed.out_of_range[0, 20] and not fixed.safe[0, 20:].any()
+    assert not wide.out_of_range[0].any() and wide.safe[0].any()
+    # a burst beyond the wider range still ends it
+    on[0, 40] = 10.0 * 4.0
+    z = pair_contrasts(off, on, valid, np.array([10.0]), SETTINGS.bound_ratio)
+    burst = sequential_paths(z, SETTINGS, safe_range=predictable_range(off, valid, SETTINGS))
+    assert burst.out_of_range[0, 40] and not burst.safe[0, 40:].any()
+
+
+def test_the_wider_range_keeps_the_false_safe_rate_at_alpha_for_noisy_residents_on_the_bound() -> None:
+    """Window means of a noisy resident (log-normal requests, few per window, cv of a window ≈ 20%) with
+    the on-windows exactly at the bound: with the range from the off-windows' spread the safe test errs in
+    at most α of the runs, looked at after every pair (burst rule out of the way)."""
+    rng = np.random.default_rng(13)
+    rows, n, per = 3000, 80, 8
+    settings = JudgeSettings(10.0, 0.95, min_pairs=2, burst_rate_guarded=0.9)
+
+    def windows() -> np.ndarray:
+        return np.asarray(rng.lognormal(0.0, 0.6, (rows, n, per)).mean(axis=2) / math.exp(0.18))
+
+    off = windows()
+    on = settings.bound_ratio * windows()
+    valid = np.ones((rows, n), dtype=bool)
+    z = pair_contrasts(off, on, valid, np.full(rows, 1.0), settings.bound_ratio)
+    wide = predictable_range(off, valid, settings)
+    assert float(np.median(wide[:, -1])) > 2 * settings.range_z
+    rate = float(sequential_paths(z, settings, safe_range=wide).safe.any(axis=1).mean())
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / rows)
 
 
 def test_persistent_interference_withholds_the_safe_verdict() -> None:
