@@ -39,10 +39,10 @@ from canary.certificate import (
 from canary.hardfit import check
 
 if TYPE_CHECKING:
+    from canary._model import PairKey
     from canary.admission.request import Request
     from canary.probe.orchestrator import ProbeResult
     from canary.profile import WorkloadProfile
-    from evidence_store.keys import PairKey
 
 REVALIDATION_TRIGGERS = (
     "evidence TTL passes",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from canary._model import utcnow
@@ -43,12 +43,12 @@ from canary.snapshot import Resident
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from canary.estimate import Assessment
+    from canary._model import PairKey
+    from canary.estimate import Assessment, Estimator
     from canary.policy import RiskBudget
     from canary.probe.interfaces import Journal, Monitor
     from canary.probe.judge import SlowdownPrior
     from canary.probe.orchestrator import ProbeProgress
-    from evidence_store.keys import PairKey
 
 #: A progress display for running probes.
 ProgressFn = Callable[["ProbeProgress"], None] | None
@@ -174,10 +174,7 @@ async def admit_async(
     decision = settled.decision
     runs: list[ProbeRun] = []
     if probe and settled.probe_keys:
-        # Hybrid admission (docs/estimators.md): the policy's estimators predict each unprobed pair;
-        # calibrated predictions from trusted estimators may decide, else they become the probes' priors.
-        predictions = predict_pairs(req, engine, evidence, seed=seed) if req.policy.estimators else {}
-        predicted = predicted_decision(req, evidence, predictions)
+        predictions, predicted = consult_estimators(req, engine, evidence, seed=seed)
         if predicted is not None:
             return record_admission(req, hard, predicted, [], engine=engine, reserve=reserve, finished=clock(),
                                     log_history=log_history)
@@ -206,7 +203,7 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
     the probes' evidence, the booking (an ``admit`` with ``reserve``) and the certificate itself (with
     ``reserve``). Without probes and without ``reserve`` there is nothing to write, and no transaction."""
     from evidence_store.certificates import record_certificate
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.errors import ReservationConflict
     from evidence_store.evidence import record_evidence
 
@@ -238,7 +235,7 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
                                           [i for e in decision.evidence for i in e.ids])
         entry = history_entry(req, cert.verdict, finished) if log_history else None
         if entry is not None:
-            from evidence_store.fleet import log_admissions
+            from evidence_store.admission_log import log_admissions
 
             log_admissions(session, [entry])
     return cert
@@ -254,17 +251,36 @@ async def _recover_orphans(engine: Engine, now: dt.datetime, announce: AnnounceF
         announce(f"recovered {report.aborted} orphaned probe(s) whose lease had expired")
 
 
+def consult_estimators(req: Request, engine: Engine | None, evidence: list[PairEvidence], *, seed: int = 0,
+                       estimators: Sequence[Estimator] | None = None,
+                       ) -> tuple[dict[str, PredictionRef], Decision | None]:
+    """Hybrid admission's first step (docs/estimators.md), for a request whose settled decision asks
+    for a probe: the policy's estimators predict each pair without usable evidence (``predict_pairs``),
+    and calibrated predictions from estimators the policy trusts may decide alone
+    (``predicted_decision``). Returns the predictions by resident name and that decision, or ``None``:
+    probe, with the predictions as the probes' priors. A policy that names no estimator reads nothing
+    and gets ``({}, None)``. Blocking (it reads the store); ``canary admit`` and the service
+    (``canary.serve.decide``) both decide through it. ``estimators``: the policy's, loaded already
+    (default: loaded here; ``InputError`` for a name nothing provides)."""
+    if not req.policy.estimators:
+        return {}, None
+    predictions = predict_pairs(req, engine, evidence, seed=seed, estimators=estimators)
+    return predictions, predicted_decision(req, evidence, predictions)
+
+
 def predict_pairs(req: Request, engine: Engine | None, evidence: list[PairEvidence], *,
-                  seed: int = 0) -> dict[str, PredictionRef]:
+                  seed: int = 0, estimators: Sequence[Estimator] | None = None) -> dict[str, PredictionRef]:
     """The policy's estimators' best prediction for every profiled resident whose pair has no usable
     evidence, by resident name, each with its calibration on this device type at the resident's
     required confidence (``used_as="order-only"`` until a decision or a probe uses it). A resident no
-    estimator can predict is left out (its probe runs without a prior). ``InputError`` when the policy
-    names an estimator nothing provides."""
+    estimator can predict is left out (its probe runs without a prior). ``estimators``: the policy's,
+    loaded already; by default they are loaded here (``InputError`` when the policy names an estimator
+    nothing provides)."""
     from canary.estimate import Assessment, EstimateQuery, assess, load_estimators
     from canary.estimate.store import StoreReader, recorded_outcomes
 
-    estimators = load_estimators(req.policy.estimators)
+    if estimators is None:
+        estimators = load_estimators(req.policy.estimators)
     reader = StoreReader(engine)
     outcomes = recorded_outcomes(engine, reader, device_types=(req.spec.name,))
     out: dict[str, PredictionRef] = {}
@@ -419,7 +435,7 @@ def record_feedback(
 ) -> str:
     """Record a production SLO violation for an admitted pair; it outweighs earlier passes.
     ``engine``: the caller's open store (the service's), instead of opening one from ``db_url``."""
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.evidence import record_evidence
 
     resident = next((r for r in req.snapshot.residents if r.name == resident_name), None)

@@ -44,7 +44,7 @@ class StoreReader:
 
 
 def _read_records(engine: Engine) -> list[EvidenceOut]:
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.evidence import list_evidence
 
     with session_scope(engine, read_only=True) as session:
@@ -90,7 +90,7 @@ def certificate_outcomes(engine: Engine) -> list[Outcome]:
     (the certificate's linked evidence of the same pair key)."""
     from sqlalchemy import select
 
-    from evidence_store.engine import session_scope
+    from evidence_store.database import session_scope
     from evidence_store.models import Certificate, CertificateEvidence, Evidence
 
     query = (select(Certificate.certificate_json, Evidence)

@@ -1,6 +1,6 @@
 """The transfer estimator: evidence recorded for a neighbouring pair key.
 
-The pair key (``evidence_store.keys.PairKey``) has six parts; evidence never *decides* across any of
+The pair key (``canary._model.PairKey``) has six parts; evidence never *decides* across any of
 them. As a *prediction* a record of a key that differs in one part says something, less the further
 the neighbour. Neighbours, with their stated similarity (1 is the pair itself):
 
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from canary.estimate.base import Estimate, EstimateQuery, NoEstimate
 
 if TYPE_CHECKING:
-    from evidence_store.keys import PairKey
+    from canary._model import PairKey
     from evidence_store.schemas import EvidenceOut
 
 NAME = "transfer"
@@ -115,7 +115,7 @@ class TransferEstimator:
 def query_key(query: EstimateQuery) -> PairKey | None:
     """The pair key of the query (as ``canary.admission.pair_key`` builds it); ``None`` for an
     unprofiled resident."""
-    from evidence_store.keys import PairKey
+    from canary._model import PairKey
 
     resident = query.resident.profile
     if resident is None:

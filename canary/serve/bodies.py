@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from canary.serve.resolve import Resolved, cached_policy
 
 if TYPE_CHECKING:
+    from canary._model import PairKey
     from canary.admission.request import Request as Question
-    from evidence_store.keys import PairKey
+    from canary.estimate import Estimator
 
 
 #: Most bodies ``PreparedBodies`` keeps per route; when full it starts over rather than grow.
@@ -31,6 +32,9 @@ class Prepared:
     reserve: bool
     history: dict[str, Any] | None  # the admission history's row, but its verdict and time
     kept: bool  # its resolution cannot change: PreparedBodies may keep it
+    # the policy's estimators, loaded (an admission that may probe, under a policy that names some):
+    # consulted only when a pair has no usable evidence (canary.admission.flow.consult_estimators)
+    estimators: tuple[Estimator, ...] = ()
 
     @property
     def request(self) -> Question:

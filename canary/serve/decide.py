@@ -14,8 +14,12 @@ the store (bookings, evidence) and the clock, never the documents. So a decision
   (``DecisionReads``: on PostgreSQL on the event loop through psycopg's asynchronous pool, so a cached
   admission costs no thread hand-off), after, on a device with MIG on only, the MIG instances booked
   on it (one more statement, in a worker thread: they can change the regime and so the pair keys); stage 1 (memoised by its exact inputs, ``Stage1Memo``); settle
-  (``canary.admission.decisions.settle``); then answer, book and store (``record_admission``, in a
-  worker thread when it writes), or queue a probe (one per pair key).
+  (``canary.admission.decisions.settle``); where a pair has no usable evidence and the policy names
+  estimators, hybrid admission as ``canary admit`` does it (``consult_estimators``, in a worker
+  thread: it reads the store), whose calibrated, trusted prediction may decide; then answer, book and
+  store (``record_admission``, in a worker thread when it writes), or queue a probe (one per pair
+  key), which the runner runs through ``admit_async`` with the predictions as its priors. A decision
+  from evidence never reaches the estimators.
 
 ``DecisionRoute`` serves a body seen before without FastAPI's dependency solving and body parsing
 (which cost more CPU than the decision itself: docs/serve.md), and hands every other body to the
@@ -38,7 +42,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from canary._model import utcnow
 from canary.admission.decisions import Decision, PairEvidence, make_certificate, settle
-from canary.admission.flow import record_admission
+from canary.admission.flow import consult_estimators, record_admission
 from canary.admission.store import BOOKED_SOURCE, EvidenceAccess, evidence_from_rows, request_keys
 from canary.certificate import Certificate, HardFit
 from canary.serve.bodies import Prepared, pinned
@@ -50,6 +54,7 @@ from canary.serve.service import Service
 if TYPE_CHECKING:
     from canary._model import PairKey
     from canary.admission.request import Request as Question
+    from canary.estimate import Estimator
     from evidence_store.service.probe_queue import ProbeTicket
 
 def prepare(svc: Service, body: DecisionRequest, *, probe: bool, reserve: bool, seed: int = 0) -> Prepared:
@@ -64,7 +69,24 @@ def prepare(svc: Service, body: DecisionRequest, *, probe: bool, reserve: bool, 
             and all(pinned(r) for r in body.residents))
     return Prepared(resolved=resolved, keys=keys, digests=tuple(key_digest(k) for k in keys if k is not None),
                     probe=probe, reserve=reserve, kept=kept,
-                    history=history_row(resolved, keys) if svc.config.log_admissions else None)
+                    history=history_row(resolved, keys) if svc.config.log_admissions else None,
+                    estimators=policy_estimators(resolved.request) if probe else ())
+
+
+def policy_estimators(req: Question) -> tuple[Estimator, ...]:
+    """The estimators ``req``'s policy consults, loaded (as ``canary admit`` loads them before it touches
+    the store). One that nothing provides is the request's error (422 naming the policy and its field),
+    not the server's."""
+    from canary.errors import InputError
+    from canary.estimate import load_estimators
+
+    policy = req.policy
+    if not policy.estimators:
+        return ()
+    try:
+        return tuple(load_estimators(policy.estimators))
+    except InputError as exc:
+        raise InputError(f"policy {policy.name!r}, field 'estimators': {exc.problem}", field="policy") from None
 
 
 async def _read(svc: Service, prepared: Prepared) -> tuple[Question, HardFit, list[PairEvidence], dt.datetime]:
@@ -112,18 +134,36 @@ async def admission(svc: Service, prepared: Prepared, t0: float) -> Response:
     looked_at = utcnow()  # before the evidence is read: a probe of this pair done since then is joined
     req, hard, evidence, _ = await _read(svc, prepared)
     settled = settle(req, hard, evidence)
+    decision = settled.decision
     if prepared.probe and settled.probe_keys:
-        ticket, joined = await anyio.to_thread.run_sync(
-            lambda: queue_probe(svc, prepared.resolved, list(settled.probe_keys), looked_at), limiter=svc.decisions)
-        svc.history.add(_history(prepared, "probe"))
-        return probe_accepted(svc, ticket, joined)
+        # Hybrid admission, as canary admit does it (consult_estimators): only for pairs without usable
+        # evidence, so a cached decision never reaches the estimators; they read the store: a worker thread.
+        # A policy that trusts none of them to decide gets no decision from them here (predicted_decision):
+        # its predictions only shape the probe, and the runner makes them when the probe starts.
+        predicted = None if not (prepared.estimators and req.policy.decide_on_prediction) else (
+            await anyio.to_thread.run_sync(lambda: _predicted(svc, prepared, req, evidence), limiter=svc.decisions))
+        if predicted is None:  # the probe runs with the predictions as its priors (the runner's admit_async)
+            ticket, joined = await anyio.to_thread.run_sync(
+                lambda: queue_probe(svc, prepared.resolved, list(settled.probe_keys), looked_at),
+                limiter=svc.decisions)
+            svc.history.add(_history(prepared, "probe"))
+            return probe_accepted(svc, ticket, joined)
+        decision = predicted
     if prepared.reserve:  # books the memory of an admit and stores the certificate: a write transaction
-        cert = await anyio.to_thread.run_sync(lambda: _record(svc, req, hard, settled.decision),
-                                              limiter=svc.decisions)
+        cert = await anyio.to_thread.run_sync(lambda: _record(svc, req, hard, decision), limiter=svc.decisions)
     else:
-        cert = record_admission(req, hard, settled.decision, [], engine=svc.engine, reserve=False, finished=utcnow())
+        cert = record_admission(req, hard, decision, [], engine=svc.engine, reserve=False, finished=utcnow())
     svc.history.add(_history(prepared, cert.verdict))  # written after the answer, batched with its neighbours
     return _certificate(svc, "admissions", cert, t0)
+
+
+def _predicted(svc: Service, prepared: Prepared, req: Question, evidence: list[PairEvidence]) -> Decision | None:
+    """The decision the policy's calibrated, trusted predictions make without a probe, or ``None``
+    (blocking: the estimators and their calibration read the store)."""
+    with svc.metrics.store_op("estimate"):
+        _, decision = consult_estimators(req, svc.engine, evidence, seed=prepared.resolved.queued.seed,
+                                         estimators=prepared.estimators)
+    return decision
 
 
 def _record(svc: Service, req: Question, hard: HardFit, decision: Decision) -> Certificate:

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from canary._model import PairKey
 from canary.admission import Request, admit, load_request, pair_key
 from canary.admission.decisions import PairEvidence, predicted_decision
 from canary.certificate import PredictionRef
 from canary.errors import InputError
 from canary.estimate.store import certificate_outcomes
 from canary.render import certificate_text
-from evidence_store.engine import open_store, session_scope
+from evidence_store.database import session_scope
 from evidence_store.evidence import record_evidence
-from evidence_store.keys import PairKey
+from evidence_store.migrate import open_store
 from evidence_store.schemas import EvidenceIn
 from tests.support.paths import EXAMPLES
 from tests.support.stores import migrated_sqlite
