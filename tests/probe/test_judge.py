@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -345,6 +346,25 @@ def test_clearly_safe_and_clearly_unsafe_decide() -> None:
     assert label == "safe" and SETTINGS.min_safe_pairs <= n <= SETTINGS.min_safe_pairs + 6
     label, n = _run(40.0, seed=2)
     assert label == "unsafe" and n < 12
+
+
+def test_judge_counts_a_wandering_residents_excursion_inside_its_own_spread() -> None:
+    """Through :func:`judge`: a resident whose windows wander by ±12% with no slowdown, one on-window 45%
+    of the scale past what the bound allows (past the fixed range, inside 4 of the resident's spreads):
+    the verdict is *safe* and no pair is out of range; without the spread (``range_spreads=0``) the
+    probe ends inconclusive."""
+    rng = random.Random(21)
+    pairs = []
+    for i in range(70):
+        off = 10.0 * (1 + rng.gauss(0, 0.12))
+        on = 10.0 * (1 + rng.gauss(0, 0.12)) if i != 30 else SETTINGS.bound_ratio * (off + 4.5)
+        pairs.append(WindowPair([off] * 10, [on] * 10))
+    wide = judge(pairs, SETTINGS, budget_exhausted=True, baseline_ms=[10.0] * 20)
+    fixed = judge(pairs, replace(SETTINGS, range_spreads=0.0), budget_exhausted=True, baseline_ms=[10.0] * 20)
+    assert wide.label == "safe" and wide.out_of_range_pairs == 0
+    # the fixed range sees chance excursions of the resident itself, not only the planted one
+    assert fixed.label == "inconclusive" and fixed.out_of_range_pairs >= 1
+    assert "beyond the range of 0.273" in fixed.reason
 
 
 def test_the_estimand_is_the_ratio_of_mean_latencies() -> None:
