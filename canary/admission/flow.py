@@ -102,15 +102,13 @@ NOT_CONSULTED = ("not counted: no evidence store consulted (--no-store), so memo
 
 
 def fit(req: Request, access: EvidenceAccess | None, now: dt.datetime, *, stage1: Stage1 = hard_fit) -> Certificate:
-    """Stage 1 and an evidence lookup (bookings and evidence in one statement); never probes."""
+    """Stage 1 and an evidence lookup (``EvidenceAccess.read_and_settle``); never probes."""
     if access is not None:
-        req = access.with_mig_bookings(req, now)  # MIG: instances others booked are taken
-        reserved, source, evidence = access.decision_inputs(req, now)
-    else:  # the caller chose not to read the store (gpu-fit --no-store): say so next to the number
-        reserved, source = 0, NOT_CONSULTED
-        evidence = [PairEvidence(r.name, None, None, reason="no evidence store consulted")
-                    for r in req.snapshot.residents]
-    hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
+        s = access.read_and_settle(req, now, stage1=stage1)
+        return make_certificate(s.req, s.hard, s.settled.decision, now)
+    # the caller chose not to read the store (gpu-fit --no-store): say so next to the number
+    evidence = [PairEvidence(r.name, None, None, reason="no evidence store consulted") for r in req.snapshot.residents]
+    hard = stage1(req, reserved_bytes_by_others=0, reservations_source=NOT_CONSULTED)
     return make_certificate(req, hard, settle(req, hard, evidence).decision, now)
 
 
@@ -120,10 +118,7 @@ def pairs_to_probe(req: Request, access: EvidenceAccess, now: dt.datetime, *,
     evidence decides without a probe (or a resident without a profile makes a probe pointless).
     The service uses it to coordinate probes (one per pair key) before deciding.
     ``evidence_as_of``: only evidence still fresh then counts (``EvidenceAccess.lookup``'s ``as_of``)."""
-    req = access.with_mig_bookings(req, now)  # MIG: instances others booked are taken
-    reserved, source, evidence = access.decision_inputs(req, now, as_of=evidence_as_of)
-    hard = hard_fit(req, reserved_bytes_by_others=reserved, reservations_source=source)
-    return list(settle(req, hard, evidence).probe_keys)
+    return list(access.read_and_settle(req, now, as_of=evidence_as_of).settled.probe_keys)
 
 
 async def admit_async(
@@ -166,11 +161,9 @@ async def admit_async(
         engine = open_store_for_writing(db_url, announce=announce)
     access = EvidenceAccess.over(engine)
     started = clock()
-    req = access.with_mig_bookings(req, started)  # MIG: instances others booked are taken
-    # the bookings and the evidence: one statement, one snapshot of the store
-    reserved, source, evidence = access.decision_inputs(req, started, as_of=evidence_as_of)
-    hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
-    settled = settle(req, hard, evidence)
+    # MIG bookings, then the bookings and the evidence in one statement (one snapshot of the store)
+    first = access.read_and_settle(req, started, stage1=stage1, as_of=evidence_as_of)
+    req, hard, evidence, settled = first.req, first.hard, first.evidence, first.settled
     decision = settled.decision
     runs: list[ProbeRun] = []
     if probe and settled.probe_keys:
