@@ -652,6 +652,29 @@ def run_family(args: tuple[Family, int, int, int, int, tuple[np.ndarray, np.ndar
     return {"family": fam.__dict__, "slo_p99_ms": w.slo, "methods": rows, "wall_s": time.perf_counter() - began}
 
 
+def pick(indexed: list[tuple[int, Family]], selection: str | None) -> list[tuple[int, Family]]:
+    """The families whose name contains one of ``selection``'s comma-separated parts (all when
+    ``None``), each keeping its index in the full list, so its random stream (and figures) do not
+    depend on which families are picked."""
+    if not selection:
+        return indexed
+    wanted = [w.strip() for w in selection.split(",") if w.strip()]
+    return [(i, f) for i, f in indexed if any(w in f.name for w in wanted)]
+
+
+def run_families(run: Callable[[tuple[Family, int, int, int, int, tuple[np.ndarray, np.ndarray]]], dict[str, Any]],
+                 indexed: list[tuple[int, Family]], trials: int, horizon: int, seed: int,
+                 workers: int) -> list[dict[str, Any]]:
+    """``run`` (a module-level function: it crosses processes) on every family, over one shared
+    schedule of window orders and lengths, on ``workers`` processes; results in ``indexed`` order."""
+    sched = schedule(trials, horizon, seed)
+    jobs = [(f, i, trials, horizon, seed, sched) for i, f in indexed]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(run, jobs))
+    return [run(j) for j in jobs]
+
+
 def _fmt(v: float | None, width: int = 6, digits: int = 3) -> str:
     return f"{'—':>{width}}" if v is None else f"{v:>{width}.{digits}f}"
 
@@ -741,26 +764,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.trials < 10 or args.horizon < MIN_PAIRS:
         parser.error("--trials must be >= 10 and --horizon >= 3")
-    # Each family keeps its index in the full list, so its random stream (and figures) do not depend
-    # on which families --families selects.
-    indexed = list(enumerate(families()))
-    if args.families:
-        wanted = [w.strip() for w in args.families.split(",") if w.strip()]
-        indexed = [(i, f) for i, f in indexed if any(w in f.name for w in wanted)]
+    indexed = pick(list(enumerate(families())), args.families)
     alpha = 1 - CONFIDENCE
     began = time.perf_counter()
-    sched = schedule(args.trials, args.horizon, args.seed)
     print(f"# judge benchmark: bound {BOUND_PCT:g}%, confidence {CONFIDENCE}, windows {WINDOW_S:g} s "
           f"(0.75-1.25x, random block order), horizon {args.horizon} pairs, {args.trials} trials per family, "
           f"seed {args.seed}")
     print(f"# judge: range {SETTINGS.range_z:.3f} ({RANGE_PCT:g}% per window; guard {GUARD_PCT:g}%), safe needs >= {SETTINGS.min_safe_pairs} "
           f"effective pairs n/tau (bursts in >= {BURST_RATE_GUARDED:.0%} of windows) and log-capital >= max(1, F, tau) log(1/alpha)")
-    jobs = [(f, i, args.trials, args.horizon, args.seed, sched) for i, f in indexed]
-    if args.workers > 1:
-        with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            results = list(pool.map(run_family, jobs))
-    else:
-        results = [run_family(j) for j in jobs]
+    results = run_families(run_family, indexed, args.trials, args.horizon, args.seed, args.workers)
     for r in results:
         r["trials"] = args.trials
     names = list(METHODS)

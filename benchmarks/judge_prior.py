@@ -38,7 +38,6 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -203,23 +202,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--trials must be >= 10 and --horizon >= {bj.MIN_PAIRS}")
     if args.workers < 1:
         parser.error("--workers must be >= 1")
-    indexed = list(enumerate(bj.families())) + [(HELD_OUT_INDEX + i, f) for i, f in enumerate(held_out_families())]
-    if args.families:
-        wanted = [w.strip() for w in args.families.split(",") if w.strip()]
-        indexed = [(i, f) for i, f in indexed if any(w in f.name for w in wanted)]
-        if not indexed:
-            parser.error(f"--families {args.families!r} matches no family")
+    indexed = bj.pick(list(enumerate(bj.families())) + [(HELD_OUT_INDEX + i, f) for i, f in enumerate(held_out_families())],
+                      args.families)
+    if not indexed:
+        parser.error(f"--families {args.families!r} matches no family")
     began = time.perf_counter()
-    sched = bj.schedule(args.trials, args.horizon, args.seed)
     print(f"# prior-informed judge: bound {BOUND_PCT:g}%, confidence {SETTINGS.required_confidence}, horizon "
           f"{args.horizon} pairs, {args.trials} trials per family, seed {args.seed}; priors: none, right = truth "
           f"± {RIGHT_SD_PCT:g}%, 0% ± {WRONG_SD_PCT:g}%, {2 * BOUND_PCT:g}% ± {WRONG_SD_PCT:g}%")
-    jobs = [(f, i, args.trials, args.horizon, args.seed, sched) for i, f in indexed]
-    if args.workers > 1:
-        with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            results = list(pool.map(run_family, jobs))
-    else:
-        results = [run_family(j) for j in jobs]
+    results = bj.run_families(run_family, indexed, args.trials, args.horizon, args.seed, args.workers)
     for line in table(results):
         print(line)
     print("# FA = false admits (safe, truth >= bound) ± SE; FR = false rejects (unsafe, truth < bound); inc = "
