@@ -194,7 +194,9 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
                      reserve: bool, finished: dt.datetime, log_history: bool = False) -> Certificate:
     """The certificate of ``decision``, issued at ``finished``, with what it writes committed together:
     the probes' evidence, the booking (an ``admit`` with ``reserve``) and the certificate itself (with
-    ``reserve``). Without probes and without ``reserve`` there is nothing to write, and no transaction."""
+    ``reserve``, or when a probe ran: its evidence then always has the certificate that explains it,
+    with the predictions made before it — what calibrates the estimators, warm runs included).
+    Without probes and without ``reserve`` there is nothing to write, and no transaction."""
     from evidence_store.certificates import record_certificate
     from evidence_store.database import session_scope
     from evidence_store.errors import ReservationConflict
@@ -223,7 +225,7 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
                 decision = Decision("reject", f"another admission booked {what} first: {exc}", "hard-fit",
                                     confidence=1.0, evidence=decision.evidence, probe=decision.probe)
         cert = make_certificate(req, hard, decision, finished)
-        if reserve:
+        if reserve or recorded_ids:
             record_certificate(session, json.loads(cert.to_json()),
                                           [i for e in decision.evidence for i in e.ids])
         entry = history_entry(req, cert.verdict, finished) if log_history else None

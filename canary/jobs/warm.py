@@ -1,7 +1,8 @@
 """``canary warm PLAN`` and ``canary revalidate --driver V``.
 
 Warm: for every planned pair that fits and lacks fresh evidence, run a bounded probe and record the
-result (no reservation, no certificate). Pairs start in order of value of information
+result: its evidence and the certificate that explains it (with the estimators' predictions made
+before the probe, which calibrate them), never a reservation. Pairs start in order of value of information
 (``canary.jobs.plan.probe_order``): predicted intervals that straddle the bound first. The whole job runs inside one global time budget; pairs
 with fresh evidence are skipped, so a job that ran out of budget resumes where it stopped when run
 again. Probes run through an ``anyio.CapacityLimiter`` (the plan's ``concurrency``).

@@ -162,6 +162,29 @@ def test_without_outcomes_the_prediction_is_shown_and_the_pair_is_probed(tmp_pat
     assert "uncalibrated" in certificate_text(cert)
 
 
+def test_a_probe_that_books_nothing_still_records_its_certificate_and_calibrates(tmp_path: Path) -> None:
+    """A warm run probes with ``reserve=False``: no booking, but the probe's evidence gets the
+    certificate that explains it, so the prediction made before the probe becomes a calibration
+    outcome measured by that probe (without it, warm runs never calibrate an estimator)."""
+    from sqlalchemy import func, select
+
+    from evidence_store.models import Certificate, CertificateEvidence
+
+    url = migrated_sqlite(tmp_path / "e.sqlite3")
+    cert = admit(_request(estimators=("analytical",), decide=()), db_url=url, now=lambda: T0, reserve=False)
+    assert cert.decided_by == "canary" and cert.probe is not None and cert.resource_reservations == ()
+    assert cert.evidence is not None and cert.evidence.ids, "the probe recorded no evidence"
+    (p,) = cert.predictions
+    engine = open_store(url)
+    with session_scope(engine, read_only=True) as s:
+        assert s.scalar(select(func.count()).select_from(Certificate)) == 1
+        linked = set(s.scalars(select(CertificateEvidence.evidence_id)))
+    assert linked == set(cert.evidence.ids)
+    (outcome,) = [o for o in certificate_outcomes(engine) if o.estimator == "analytical"]
+    assert (outcome.lo_pct, outcome.hi_pct) == (p.lo_pct, p.hi_pct)
+    assert outcome.measured_pct == pytest.approx(cert.probe.slowdown_estimate_pct)
+
+
 def test_an_unknown_estimator_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:
     req = load_request(SNAP, EMB)
     policy = req.policy.model_validate({**req.policy.model_dump(), "estimators": ("crystal-ball",)})
