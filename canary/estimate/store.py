@@ -85,9 +85,17 @@ def transfer_outcomes(records: Sequence[EvidenceOut], *, device_types: Sequence[
     return out
 
 
-def certificate_outcomes(engine: Engine) -> list[Outcome]:
+#: Calibration reads at most this many of the newest probe measurements that have a certificate
+#: (each may carry several estimators' predictions): an admission's read stays bounded as the store
+#: grows, and the newest outcomes are the most relevant.
+MAX_CERTIFICATE_OUTCOMES = 2000
+
+
+def certificate_outcomes(engine: Engine, *, device_types: Sequence[str] | None = None,
+                         limit: int = MAX_CERTIFICATE_OUTCOMES) -> list[Outcome]:
     """Predictions recorded in certificates against the measurement of the probe that followed them
-    (the certificate's linked evidence of the same pair key)."""
+    (the certificate's linked evidence of the same pair key): of the newest ``limit`` such
+    measurements on ``device_types`` (all device types when ``None``)."""
     from sqlalchemy import select
 
     from evidence_store.database import session_scope
@@ -98,6 +106,9 @@ def certificate_outcomes(engine: Engine) -> list[Outcome]:
              .join(Evidence, Evidence.id == CertificateEvidence.evidence_id)
              .where(Evidence.source == "canary", Evidence.resident_slowdown_pct.is_not(None),
                     Evidence.outcome.in_(("safe", "unsafe")), Evidence.status != "revoked"))
+    if device_types is not None:
+        query = query.where(Evidence.device_type.in_(list(device_types)))
+    query = query.order_by(Evidence.created_at.desc(), Evidence.id.desc()).limit(limit)
     out: list[Outcome] = []
     with session_scope(engine, read_only=True) as session:
         for cert, ev in session.execute(query):
@@ -129,6 +140,5 @@ def recorded_outcomes(engine: Engine | None, reader: StoreReader, *,
     if engine is None:
         return []
     outcomes = transfer_outcomes(reader.records(), device_types=device_types)
-    outcomes += [o for o in certificate_outcomes(engine) if o.estimator != TRANSFER
-                 and (device_types is None or o.device_type in device_types)]
+    outcomes += [o for o in certificate_outcomes(engine, device_types=device_types) if o.estimator != TRANSFER]
     return outcomes

@@ -185,6 +185,23 @@ def test_a_probe_that_books_nothing_still_records_its_certificate_and_calibrates
     assert outcome.measured_pct == pytest.approx(cert.probe.slowdown_estimate_pct)
 
 
+def test_calibration_reads_only_the_newest_outcomes_of_the_device_type(tmp_path: Path) -> None:
+    """Each hybrid admission reads the certificates' outcomes: of its device type only, and at most the
+    newest ``limit`` of them, so the read stays bounded as the store grows."""
+    url = migrated_sqlite(tmp_path / "e.sqlite3")
+    req = _request(estimators=("analytical",), decide=())
+    first = admit(req, db_url=url, now=lambda: T0, reserve=False)
+    newer = dataclasses.replace(req, candidate=req.candidate.model_copy(update={"version": "9.9.9"}))
+    second = admit(newer, db_url=url, now=lambda: T0 + dt.timedelta(hours=1), reserve=False)
+    assert first.evidence is not None and second.evidence is not None
+    engine = open_store(url)
+    both = certificate_outcomes(engine, device_types=(req.spec.name,))
+    assert {o.evidence_id for o in both} == {*first.evidence.ids, *second.evidence.ids}
+    (newest,) = certificate_outcomes(engine, device_types=(req.spec.name,), limit=1)
+    assert newest.evidence_id in second.evidence.ids
+    assert certificate_outcomes(engine, device_types=("a100-sxm4-80gb",)) == []
+
+
 def test_an_unknown_estimator_is_refused_before_the_store_is_touched(tmp_path: Path) -> None:
     req = load_request(SNAP, EMB)
     policy = req.policy.model_validate({**req.policy.model_dump(), "estimators": ("crystal-ball",)})
