@@ -11,7 +11,10 @@ States (each transition is recorded as ``(state, at, message)``)::
 - ``PROBING``: canary-on and canary-off windows in pairs; pairs come in blocks of two ordered
   off/on, on/off or on/off, off/on by a coin seeded from the probe id, with window lengths drawn
   around ``sampling_window_s`` (:func:`~canary.probe.judge.pair_schedule`): a linear drift cancels
-  inside a block and a periodic resident cannot alias with the schedule. Before every on-window the
+  inside a block and a periodic resident cannot alias with the schedule. Windows span the resident's
+  declared cycle, and before every off-window that follows an on-window the probe waits the plan's
+  washout (candidate stopped, measured, never judged) so that the backlog the candidate left is not
+  counted as the resident's own (:mod:`canary.probe.plan`). Before every on-window the
   exposure left is computed; the executor gets an :class:`~canary.probe.interfaces.ExposureGate` and
   cannot send a request past it. An on-window whose resident p99 breaches the SLO, or whose slowdown
   against the slowest off-window so far (the baseline included) exceeds the guard (the on-window
@@ -329,7 +332,8 @@ class _Run:
         """The window pairs this probe can still reach: the pairs so far plus those the time left and
         the exposure left allow at the exposure rate seen so far (for the judge's futility rule)."""
         done = len(self.pairs)
-        by_time = int((self.budget.max_probe_time_s - self.time_used_s()) // (2 * window_s))
+        washout_s = self.plan.washout_s if self.plan is not None else 0.0
+        by_time = int((self.budget.max_probe_time_s - self.time_used_s()) // (2 * window_s + washout_s))
         left = self.budget.max_requests_exposed - self.exposure_used
         per_pair = self.exposure_used / done if done and self.exposure_used else 0.0
         by_exposure = int(left // per_pair) if per_pair > 0 else by_time
@@ -338,7 +342,7 @@ class _Run:
     def time_left_for(self, duration_s: float) -> bool:
         return self.time_used_s() + duration_s <= self.budget.max_probe_time_s + 1e-9
 
-    async def measure(self, kind: Literal["off", "on", "baseline"], duration_s: float) -> WindowSample:
+    async def measure(self, kind: Literal["off", "on", "baseline", "washout"], duration_s: float) -> WindowSample:
         if kind != "on":
             sample = await self.monitor.measure(duration_s)
         else:
@@ -387,19 +391,26 @@ class _Run:
         await self.executor.start()
         self.go("PROBING", f"candidate started; {self.plan.why if self.plan else ''}".rstrip("; "))
         window_s = self.window_s
+        washout_s = self.plan.washout_s if self.plan is not None else 0.0
         seed = self.schedule_seed
         index = 0
+        last: Literal["off", "on"] = "off"  # the baseline was the resident alone
         while True:
             pair_order, pair_s = pair_schedule(seed, index, window_s)
             order: tuple[Literal["off", "on"], ...] = ("off", "on") if pair_order == "off-on" else ("on", "off")
             got: dict[str, WindowSample] = {}
             breach: tuple[str, DecidingRule] | None = None
             for kind in order:
-                if not self.time_left_for(pair_s):
+                wash = washout_s if kind == "off" and last == "on" else 0.0
+                if not self.time_left_for(wash + pair_s):
                     return self.final_judgment("time budget spent", breach)
                 if kind == "on" and self.exposure_used >= self.budget.max_requests_exposed:
                     return self.final_judgment("exposure budget spent")
+                if wash > 0:
+                    # The backlog the candidate left is served now, candidate stopped; never judged.
+                    await self.measure("washout", wash)
                 got[kind] = await self.measure(kind, pair_s)
+                last = kind
                 if kind == "on":
                     breach = self.breach(preprocess_window(got["on"].latencies_ms, self.settings))
             self.pairs.append(_pair(got["off"], got["on"]))
@@ -472,6 +483,7 @@ class _Run:
             burst_pairs=self.settings.min_safe_pairs,
             structure=self.structure,
             time_left_s=self.budget.max_probe_time_s - self.time_used_s(),
+            latency_p99_ms=None if self.throughput else quantile(base.values_ms, 0.99),
         )
         if isinstance(planned, Unmeasurable) or base.status != "ok":
             self.abort_cause = "unmeasurable"

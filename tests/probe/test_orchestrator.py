@@ -11,6 +11,7 @@ import pytest
 from canary.errors import ProbeError
 from canary.policy import RiskBudget
 from canary.probe import make_executor, make_monitor
+from canary.probe.interfaces import WindowSample
 from canary.probe.journal import MemoryJournal
 from canary.probe.orchestrator import (
     TRANSITIONS,
@@ -560,3 +561,58 @@ async def test_a_prior_reaches_the_judge_and_its_verdict_says_so() -> None:
     assert result.outcome == plain.outcome == "safe"
     assert result.judgment is not None and "prior" in result.judgment.reason
     assert plain.judgment is not None and "prior" not in plain.judgment.reason
+
+
+@pytest.mark.anyio
+async def test_a_washout_comes_before_every_off_window_that_follows_an_on_window_and_nowhere_else() -> None:
+    """The plan's washout (4 × the resident's p99 alone: about 4 × 11 ms here, longer than any 22–38 ms
+    window) is measured with the candidate stopped exactly where an off-window would otherwise begin
+    while the candidate's backlog is still being served, and is never judged."""
+    seen: list[tuple[bool, float]] = []
+
+    class Recording(FakeMonitor):
+        async def measure(self, duration_s: float) -> WindowSample:
+            seen.append((self.bench.on, duration_s))
+            return await super().measure(duration_s)
+
+    bench = Bench(slowdown_pct=0.0)
+    result = await probe(FakeExecutor(bench), Recording(bench))
+    assert result.outcome == "safe"
+    longest_window = 0.03 * 1.25
+    kinds = ["on" if on else ("washout" if d > longest_window + 1e-9 else "off") for on, d in seen[1:]]
+    assert "washout" in kinds
+    for before, now, after in zip(kinds, kinds[1:], kinds[2:], strict=False):
+        if now == "washout":
+            assert (before, after) == ("on", "off")
+        if before == "on" and now != "on":
+            assert now == "washout"
+    # every pair is one off- and one on-window; washouts are windows too, but no pair's
+    assert result.window_pairs == kinds.count("on") == kinds.count("off")
+    assert result.windows == 1 + len(kinds)
+
+
+@pytest.mark.anyio
+async def test_a_bursty_residents_slowdown_is_seen_through_its_gaps() -> None:
+    """A resident that serves its requests in 2 s bursts every 5 s, near saturation in a burst (the
+    benchmark's ``temporal`` family), beside a DRAM-streaming batch candidate under MPS: its true mean
+    latency slowdown is over 100% (about 140% over 300 simulated seconds). Windows span its 5 s cycle
+    and a one-cycle washout follows each on-window: without them windows shorter than the cycle fall in
+    its gaps and the backlog an on-window leaves is served in the next off-window, and the estimate came
+    out near 0% (canary bench, docs/benchmark.md)."""
+    from canary.bench.profiles import bursty_serving
+    from canary.probe.plan import TimeStructure
+
+    dev, _, cand, policy = _sim_pair("embedding-service.yaml", "etl-transcode.yaml", regime="mps:40", seed=11)
+    res = bursty_serving()
+    result = await run_probe(
+        probe_id="bursty",
+        budget=policy.budget_for(res.workload_class),
+        executor=make_executor(cand, policy=policy, sim_device=dev),
+        monitor=make_monitor(res, sim_device=dev),
+        structure=TimeStructure.of(cand, res),
+        slo_latency_p99_ms=None,
+        schedule_seed=11,
+    )
+    assert result.window_s == 5.0 and result.window_plan is not None and "washout of 5 s" in result.window_plan
+    assert result.outcome == "unsafe", result.rollback_reason
+    assert result.slowdown_estimate_pct is not None and result.slowdown_estimate_pct > 50.0

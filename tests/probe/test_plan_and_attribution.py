@@ -24,9 +24,11 @@ def budget(**kw: object) -> RiskBudget:
 
 
 def plan(b: RiskBudget, *, events: float, baseline_s: float = 2.0, throughput: bool = False,
-         structure: TimeStructure | None = None, left: float | None = None) -> WindowPlan | Unmeasurable:
+         structure: TimeStructure | None = None, left: float | None = None,
+         p99_ms: float | None = None) -> WindowPlan | Unmeasurable:
     return plan_windows(b, events=events, baseline_s=baseline_s, throughput=throughput, min_samples_per_window=3,
-                        burst_pairs=59, structure=structure, time_left_s=b.max_probe_time_s if left is None else left)
+                        burst_pairs=59, structure=structure, time_left_s=b.max_probe_time_s if left is None else left,
+                        latency_p99_ms=p99_ms)
 
 
 STEADY = TimeStructure(0.0, 0.0)
@@ -75,7 +77,6 @@ def test_a_window_the_budget_cannot_repeat_min_windows_times_is_unmeasurable() -
         pytest.param(STEADY, 0, id="steady"),
         # the candidate repeats every 30 s: 2 cycles = 60 s = 60 pairs of 2 × 0.5 s
         pytest.param(TimeStructure(30.0, 0.0), 60, id="candidate 30 s cycle"),
-        pytest.param(TimeStructure(5.0, 20.0), 40, id="resident's cycle is the longer"),
         # unknown: the policy's 59 pairs of its 1 s windows = 118 s = 118 pairs of 2 × 0.5 s
         pytest.param(TimeStructure(None, 0.0), 118, id="candidate unknown: the policy's horizon"),
         pytest.param(None, 118, id="no structure given"),
@@ -86,6 +87,46 @@ def test_the_coverage_horizon_follows_the_declared_cycles(structure: TimeStructu
     got = plan(budget(), events=200, structure=structure)
     assert isinstance(got, WindowPlan) and got.window_s == 0.5
     assert got.coverage_pairs == coverage_pairs
+
+
+def test_a_phased_residents_windows_span_its_cycle_and_a_washout_follows_each_on_window() -> None:
+    # 100 requests/s would need only 0.5 s windows, but the resident repeats every 5 s (a 2 s burst, say):
+    # a shorter window measures which phase it fell on. Windows of the 5 s cycle; coverage 2 × 20 s =
+    # 40 s = 4 pairs of 2 × 5 s; the washout is one cycle (longer than 4 × a 50 ms p99).
+    got = plan(budget(), events=200, structure=TimeStructure(20.0, 5.0), p99_ms=50.0)
+    assert isinstance(got, WindowPlan)
+    assert got.window_s == 5.0 and got.coverage_pairs == 4
+    assert got.washout_s == 5.0
+    assert got.pair_s == 2 * 1.25 * 5.0 + 5.0
+    assert "span the resident's declared 5 s cycle" in got.why and "washout of 5 s" in got.why
+
+
+@pytest.mark.parametrize(
+    ("throughput", "p99_ms", "washout_s"),
+    [
+        # a steady latency resident: 4 × its p99 alone, 80 ms → 0.32 s
+        pytest.param(False, 80.0, 0.32, id="steady latency resident: 4 sojourns"),
+        # no baseline p99 to size it from (and no cycle): none
+        pytest.param(False, None, 0.0, id="no p99: no washout"),
+        # a throughput resident's work has no queue that outlives the window
+        pytest.param(True, 80.0, 0.0, id="throughput resident: none"),
+    ],
+)
+def test_the_washout_of_a_steady_resident(throughput: bool, p99_ms: float | None, washout_s: float) -> None:
+    got = plan(budget(), events=200, baseline_s=5.0 if throughput else 2.0, throughput=throughput,
+               structure=STEADY, p99_ms=p99_ms)
+    assert isinstance(got, WindowPlan)
+    assert got.washout_s == pytest.approx(washout_s)
+    assert ("washout" in got.why) is (washout_s > 0)
+
+
+def test_washouts_count_against_the_budget_before_the_candidate_starts() -> None:
+    # 60 s cycle: windows of 60 s and a 60 s washout, 2 × 1.25 × 60 + 60 = 210 s a pair: one pair fits
+    # 240 s, fewer than min_windows 3: unmeasurable, and the budget named is 3 × 210 + 1 s.
+    got = plan(budget(), events=200, structure=TimeStructure(0.0, 60.0), p99_ms=50.0)
+    assert isinstance(got, Unmeasurable)
+    assert "hold 1 pair(s), fewer than min_windows 3" in got.reason
+    assert "max_probe_time_s of at least 631 s" in got.reason
 
 
 def test_a_horizon_beyond_the_budget_says_no_safe_verdict_can_be_reached() -> None:
@@ -101,6 +142,20 @@ def test_declared_cycles_of_the_example_profiles() -> None:
     expected = math.fsum(p.duration_s for p in training.phases) if training.phases else (
         0.0 if training.duty_cycle is not None else None)
     assert declared_cycle_s(training) == expected
+
+
+def test_only_phases_that_differ_make_a_load_cycle() -> None:
+    from canary.bench.profiles import bursty_serving, feature_store_serving
+
+    decode = load_profile(EXAMPLES / "profiles" / "llm-decode.yaml")  # 0.6 s decode burst, 0.4 s idle
+    steady = feature_store_serving()  # one 1 s phase, repeated: a steady load
+    assert TimeStructure.of(steady, decode).resident_load_cycle_s == 1.0
+    assert TimeStructure.of(decode, bursty_serving()).resident_load_cycle_s == 5.0
+    one_phase = TimeStructure.of(decode, steady)
+    assert one_phase.resident_cycle_s == 1.0 and one_phase.resident_load_cycle_s == 0.0
+    # a steady resident at 100 requests/s keeps its 0.5 s windows and a washout of 4 sojourns only
+    got = plan(budget(), events=200, structure=one_phase, p99_ms=20.0)
+    assert isinstance(got, WindowPlan) and got.window_s == 0.5 and got.washout_s == pytest.approx(0.08)
 
 
 def _tally(rule: str, pairs: list[tuple[bool, bool]]) -> ExceedanceTally:
