@@ -316,8 +316,10 @@ def run_strategies(*, quick: bool, seed: int = 0, progress: Progress | None = No
                              "wall_s": time.perf_counter() - started}
             if progress is not None:
                 u = results[name]["unseen"]
+                median = "none decided" if u["tta_median_s"] is None else f"{u['tta_median_s']:.1f} s"
+                adapts = "never" if phase["adaptation_s"] is None else f"{phase['adaptation_s']:.1f} s"
                 progress(f"{name:<16} unseen: {u['false_admits']} FA, {u['false_rejects']} FR, {u['unknowns']} unknown, "
-                         f"median {u['tta_median_s']} s; phase adapts in {phase['adaptation_s']} s; "
+                         f"median {median}; phase adapts in {adapts}; "
                          f"day: {results[name]['day']['probes']} probes / {day_n}")
     rows = [_row(name, results[name], day_n) for name in STRATEGIES]
     return {

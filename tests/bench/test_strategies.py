@@ -4,6 +4,7 @@ it is built from (earlier versions, the phase change, scoring) on their own."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,10 @@ def test_strategies_json_has_a_row_per_strategy(strategies: tuple[subprocess.Com
                                    "fewer_probes_per_100"}
     assert (out / "strategies.png").stat().st_size > 10_000
     assert "hybrid vs canary:" in proc.stdout
+    progress = [line for line in (proc.stdout + proc.stderr).splitlines() if " unseen: " in line and " FA, " in line]
+    assert len(progress) == len(STRATEGIES)
+    for line in progress:  # figures a person reads: rounded, and "never" rather than Python's None
+        assert "None" not in line and re.search(r"median (\d+\.\d s|none decided);", line), line
 
 
 @pytest.mark.slow
