@@ -184,6 +184,9 @@ def plan_windows(
     cycle_s = structure.resident_load_cycle_s if structure is not None else None
     if cycle_s is not None and cycle_s > window_s:
         window_s = cycle_s
+        # The window is longer than its event target asked: say what it holds at that length.
+        holds = (f"{window_s * rate:.3g} steps of work ({1 / rate:.3g} s a step alone)"
+                 if throughput else f"{window_s * rate:.3g} requests on average ({rate:.3g} requests/s alone)")
         holds += f", and span the resident's declared {cycle_s:.3g} s cycle"
     washout_s = 0.0
     washout_why = ""
@@ -221,6 +224,11 @@ def plan_windows(
         )
     coverage_pairs = math.ceil(horizon_s / (2 * window_s)) if horizon_s > 0 else 0
     why = f"windows of {window_s:.3g} s hold {holds}{washout_why}; {horizon_why}"
-    if coverage_pairs > pairs_fit:
-        why += f"; the budget holds {pairs_fit} pairs, fewer than the {coverage_pairs} the coverage needs: no safe verdict can be reached"
+    safe_pairs = max(coverage_pairs, burst_pairs)
+    if safe_pairs > pairs_fit:
+        needs = (f"the {coverage_pairs} the coverage needs" if coverage_pairs >= burst_pairs else
+                 f"the {burst_pairs} usable pairs the burst rule needs (judge_burst_rate)")
+        why += (f"; the budget holds {pairs_fit} pairs, fewer than {needs}: no safe verdict can be reached, "
+                f"only an unsafe one (a safe verdict needs max_probe_time_s of at least "
+                f"{math.ceil(safe_pairs * pair_s + baseline_s)} s)")
     return WindowPlan(window_s, coverage_pairs, horizon_s, rate, throughput, why, washout_s)

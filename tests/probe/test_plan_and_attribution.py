@@ -135,6 +135,23 @@ def test_a_horizon_beyond_the_budget_says_no_safe_verdict_can_be_reached() -> No
     assert "no safe verdict can be reached" in got.why
 
 
+def test_a_budget_short_of_the_burst_rule_says_so_and_what_budget_would_do() -> None:
+    # 25 requests in 6 s alone: 4.17/s, 12 take 2.88 s; the declared 10 s cycle lengthens the window to
+    # 10 s, which holds 41.7 requests. Washout: one cycle (10 s > 4 × 400 ms). A pair at most
+    # 2 × 1.25 × 10 + 10 = 35 s: 240 s hold 6 pairs, fewer than the 59 the burst rule needs.
+    # A safe verdict needs 59 × 35 s + the 6 s baseline = 2071 s.
+    got = plan(budget(), events=25, baseline_s=6.0, structure=TimeStructure(0.0, 10.0), p99_ms=400.0)
+    assert isinstance(got, WindowPlan)
+    assert got.window_s == 10.0 and got.washout_s == 10.0
+    assert "hold 41.7 requests on average (4.17 requests/s alone), and span the resident's declared 10 s cycle" in got.why
+    assert "the budget holds 6 pairs, fewer than the 59 usable pairs the burst rule needs" in got.why
+    assert "only an unsafe one (a safe verdict needs max_probe_time_s of at least 2071 s)" in got.why
+    # The same resident with a budget that holds the 59 pairs: nothing said.
+    roomy = plan(budget(max_probe_time_s=2100), events=25, baseline_s=6.0, structure=TimeStructure(0.0, 10.0),
+                 p99_ms=400.0)
+    assert isinstance(roomy, WindowPlan) and "no safe verdict" not in roomy.why
+
+
 def test_declared_cycles_of_the_example_profiles() -> None:
     etl = load_profile(EXAMPLES / "profiles" / "etl-transcode.yaml")  # duty cycle, no phases
     assert declared_cycle_s(etl) == 0.0
