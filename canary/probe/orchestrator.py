@@ -597,8 +597,12 @@ class _Run:
             why = (f"{reason}; {verdict.describe()}; more than {MAX_EXCESS} pairs over a threshold only with the "
                    "candidate than only without it, not attributable yet: the probe ends")
             j = judge(self.pairs, self.settings, budget_exhausted=True, baseline_ms=self.baseline_ms)
-            label = "inconclusive" if j.label in ("safe", None, "error", "no-data") else j.label
-            self.judgment = replace(j, label=label, rule=rule, reason=why)
+            if j.label == "unsafe":
+                # The judge's own test rejects 'within the bound' on the pairs so far: that decides, by
+                # the judge's rule, and its reason leads; the unattributed breaches only ended the probe.
+                self.judgment = replace(j, reason=f"{j.reason}; the probe ended here: {why}")
+            else:
+                self.judgment = replace(j, label="inconclusive", rule=rule, reason=why)
             self.decide(self.judgment, why)
             raise _Stop
         self.go("JUDGING", f"{reason}; {verdict.describe()}: not the candidate's, the probe resumes")

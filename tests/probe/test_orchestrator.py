@@ -551,6 +551,40 @@ async def test_an_attributed_slo_breach_within_the_bound_is_no_headroom_not_unsa
     assert bench.rollbacks == 1 and result.rollback_verified
 
 
+def test_a_judge_that_finds_unsafe_when_unattributed_breaches_end_the_probe_decides_by_its_own_rule() -> None:
+    """Twelve pairs, the resident twice as slow with the candidate (0.5 ms spread): the judge's test
+    rejects 'within 10%'. The SLO tally has more breaches with the candidate than without (12 to 5,
+    excess 7 > MAX_EXCESS 6) but not attributable (1.9¹² × 0.1⁵ ≈ 0.02, far below 1/α = 20), so the
+    excess cap ends the probe. The verdict is the judge's: rule ``judge`` and its reason first, the cap
+    only as why the probe ended then — not an SLO rollback 'not attributable to the candidate' that
+    is nonetheless unsafe."""
+    import random
+
+    from canary.probe.attribution import MAX_EXCESS, ExceedanceTally
+    from canary.probe.judge import WindowPair
+    from canary.probe.orchestrator import _Stop
+
+    bench = Bench()
+    run = _Run("x", budget(), FakeExecutor(bench), FakeMonitor(bench), None, {}, "me", None, None, 10.0, 1.0, 0)
+    for state in ("PENDING", "BASELINE", "PROBING", "JUDGING"):
+        run.go(state, "")
+    rng = random.Random(7)
+    run.pairs = [WindowPair([rng.gauss(10.0, 0.5) for _ in range(30)], [rng.gauss(20.0, 0.5) for _ in range(30)])
+                 for _ in range(12)]
+    tally = ExceedanceTally("slo")
+    for on_over, off_over in [(True, False)] * 12 + [(False, True)] * 5:
+        tally = tally.add(on_over=on_over, off_over=off_over)
+    run.tallies = {"slo": tally, "guard": ExceedanceTally("guard")}
+    assert tally.on_only - tally.off_only > MAX_EXCESS
+    with pytest.raises(_Stop):
+        run.settle(("slo-breach: resident p99 25.00 ms > SLO 15 ms with the canary on", "slo"))
+    assert run.outcome == "unsafe"
+    assert run.judgment is not None and run.judgment.rule == "judge"
+    assert run.judgment.reason.startswith("slowdown ")
+    assert "the test rejects 'within 10%'" in run.judgment.reason
+    assert "the probe ended here: slo-breach" in run.judgment.reason and "not attributable" in run.judgment.reason
+
+
 @pytest.mark.anyio
 async def test_a_prior_reaches_the_judge_and_its_verdict_says_so() -> None:
     from canary.probe.judge import SlowdownPrior
