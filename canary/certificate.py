@@ -156,6 +156,12 @@ class ProbeSummary(Model):
         default=None,
         description="how the windows and the coverage horizon were chosen: what a safe verdict's guarantee covers",
     )
+    safe_reachable: bool | None = Field(
+        default=None,
+        description="whether the time budget held the pairs a safe verdict needs (coverage horizon and burst "
+        "rule), known before the candidate started; false: the probe could only have found the pair unsafe, "
+        "and window_plan names the max_probe_time_s that would hold them",
+    )
     abort_cause: str | None = Field(
         default=None,
         description="why the candidate never ran, when it did not: 'resident-over-slo' (the resident breaches "

@@ -299,6 +299,8 @@ def why_data(w: dict[str, Any]) -> str:
         parts.append(_clip(rollback.split(";")[0].split(" (")[0], 110))
     if single_window and p.get("attribution"):
         parts.append(_clip(str(p["attribution"]), 200))
+    if p.get("safe_reachable") is False:
+        parts.append("**safe out of reach**: the time budget could not hold the pairs a safe verdict needs")
     if p.get("window_plan"):
         parts.append(_clip(str(p["window_plan"]), 160))
     used = f"{_fmt(p.get('time_used_s'), 0)} s simulated"
@@ -340,6 +342,8 @@ def _why_section(doc: dict[str, Any], w: Any) -> None:
     if rules:
         w(f"Per rule over {'all ' + str(len(by_seed)) + ' seeds' if len(by_seed) > 1 else 'the seed'}, headline "
           "(unknowns / false rejects):\n")
+        unreachable = sum(e.get("safe_unreachable", 0) for c in by_seed.values() for e in c.get("headline", {}).values())
+        unknowns = sum(e["unknowns"] for c in by_seed.values() for e in c.get("headline", {}).values())
         w("| rule | " + " | ".join(f"seed {s}" for s in by_seed) + " | total |")
         w("|---|" + "---:|" * (len(by_seed) + 1))
         for rule in rules:
@@ -352,6 +356,9 @@ def _why_section(doc: dict[str, Any], w: Any) -> None:
                 cells.append(f"{e['unknowns']} / {e['false_rejects']}")
             w(f"| {rule} | " + " | ".join(cells) + f" | **{tu} / {tf}** |")
         w("")
+        w(f"Of the {unknowns} unknowns, {unreachable} came from probes whose time budget could not hold the pairs "
+          "a safe verdict needs (the coverage horizon's or the burst rule's `min_safe_pairs`): their plan said so "
+          "before the candidate started, and only an unsafe verdict was within reach (`probe.safe_reachable`).\n")
     w("Time to admission by family (full engine, every seed of the run): `time_to_admission_by_family.png`.\n")
 
 

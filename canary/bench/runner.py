@@ -108,7 +108,7 @@ def rejection_cause(decision: Decision) -> str | None:
 
 #: The probe's fields results.json keeps for the full engine's canary decisions (its id is random).
 PROBE_FIELDS = ("outcome", "decided_by_rule", "abort_cause", "time_used_s", "exposure_used", "windows", "window_s",
-                "window_plan", "attribution", "rollback_reason", "slowdown_estimate_pct", "slowdown_interval_pct",
+                "window_plan", "safe_reachable", "attribution", "rollback_reason", "slowdown_estimate_pct", "slowdown_interval_pct",
                 "slowdown_estimand", "confidence")
 
 
@@ -410,12 +410,16 @@ def engine_why(rows: Sequence[Row]) -> list[dict[str, Any]]:
 
 def why_counts(why: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
     """``engine_why`` counted by rule: ``{"headline" | "out_of_headline": {rule: {"unknowns": n,
-    "false_rejects": n}}}``."""
+    "false_rejects": n, "safe_unreachable": n}}}`` — ``safe_unreachable``: of the unknowns, those whose
+    probe's time budget could not hold the pairs a safe verdict needs (its plan said so before the
+    candidate started)."""
     out: dict[str, dict[str, dict[str, int]]] = {"headline": {}, "out_of_headline": {}}
     for w in why:
         part = out["headline" if w["headline"] else "out_of_headline"]
-        entry = part.setdefault(w["rule"], {"unknowns": 0, "false_rejects": 0})
+        entry = part.setdefault(w["rule"], {"unknowns": 0, "false_rejects": 0, "safe_unreachable": 0})
         entry["false_rejects" if w["kind"] == "false reject" else "unknowns"] += 1
+        if w["kind"] == "unknown" and (w.get("probe") or {}).get("safe_reachable") is False:
+            entry["safe_unreachable"] += 1
     return {k: dict(sorted(v.items())) for k, v in out.items()}
 
 

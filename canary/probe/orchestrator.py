@@ -164,6 +164,7 @@ class ProbeResult:
     window_s: float | None = None
     window_plan: str | None = None
     attribution: str | None = None
+    safe_reachable: bool | None = None
 
     def to_summary_dict(self) -> dict[str, Any]:
         """Fields of :class:`canary.certificate.ProbeSummary` (JSON-safe: no infinities)."""
@@ -196,6 +197,7 @@ class ProbeResult:
             },
             "window_s": self.window_s,
             "window_plan": self.window_plan,
+            "safe_reachable": self.safe_reachable,
             "abort_cause": self.abort_cause,
             "attribution": self.attribution,
         }
@@ -666,6 +668,7 @@ class _Run:
             window_s=self.window_s if self.plan is not None else None,
             window_plan=self.plan.why if self.plan is not None else None,
             attribution=self.attribution,
+            safe_reachable=self.plan.safe_reachable if self.plan is not None else None,
         )
 
     def record(self, report: RollbackReport) -> ProbeResult:

@@ -122,7 +122,8 @@ class WindowPlan:
     """The probe's windows: ``window_s`` (each pair's windows are drawn from 0.75–1.25 × it),
     ``coverage_pairs`` (the pairs a safe verdict needs to span ``horizon_s``), the resident's event rate
     it was sized from, ``washout_s`` (the unjudged wait, candidate stopped, before an off-window that
-    follows an on-window) and ``why`` — one sentence for the probe's transitions and the certificate."""
+    follows an on-window), ``safe_reachable`` (whether the time budget holds the pairs a safe verdict
+    needs) and ``why`` — one sentence for the probe's transitions and the certificate."""
 
     window_s: float
     coverage_pairs: int
@@ -131,6 +132,9 @@ class WindowPlan:
     throughput: bool
     why: str
     washout_s: float = 0.0
+    #: Whether the time budget holds the pairs a safe verdict needs (the coverage horizon's and the burst
+    #: rule's); ``False``: the probe can only find the pair unsafe.
+    safe_reachable: bool = True
 
     @property
     def pair_s(self) -> float:
@@ -231,4 +235,5 @@ def plan_windows(
         why += (f"; the budget holds {pairs_fit} pairs, fewer than {needs}: no safe verdict can be reached, "
                 f"only an unsafe one (a safe verdict needs max_probe_time_s of at least "
                 f"{math.ceil(safe_pairs * pair_s + baseline_s)} s)")
-    return WindowPlan(window_s, coverage_pairs, horizon_s, rate, throughput, why, washout_s)
+    return WindowPlan(window_s, coverage_pairs, horizon_s, rate, throughput, why, washout_s,
+                      safe_reachable=safe_pairs <= pairs_fit)

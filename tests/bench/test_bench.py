@@ -128,6 +128,7 @@ def test_report_says_why_each_unknown_and_false_reject(quick_run: tuple[subproce
             probe = d["probe"]
             assert probe["window_plan"] and probe["window_plan"][:30] in row, row
             assert f"{probe['time_used_s']:.0f} s simulated" in row
+            assert ("safe out of reach" in row) is (probe["safe_reachable"] is False), row
             if probe["decided_by_rule"] in ("slo", "guard"):
                 assert probe["attribution"] and " pairs over it only with the candidate" in row, row
         else:
@@ -139,6 +140,14 @@ def test_report_says_why_each_unknown_and_false_reject(quick_run: tuple[subproce
     spread = results["across_seeds"][ENGINE]
     assert sum(int(u) for u, _ in totals) == sum(spread["unknowns"]["values"])
     assert sum(int(f) for _, f in totals) == sum(spread["false_rejects"]["values"])
+    # The bursty resident beside the latency-critical candidate under MPS (in the quick set): a 5 s declared
+    # cycle gives 5 s windows and a 5 s washout, at most 17.5 s a pair; 240 s hold 13 of the 59 pairs the
+    # burst rule needs, so no probe of it can end safe, and the report counts such unknowns.
+    bursty = next(s for s in results["scenarios"] if s["id"] == "temporal-bursty-lc-mps")
+    assert bursty["decisions"][ENGINE]["probe"]["safe_reachable"] is False
+    unreachable = sum(e.get("safe_unreachable", 0) for c in results["engine_why_counts_by_seed"].values()
+                      for e in c["headline"].values())
+    assert unreachable >= 1 and f"{unreachable} came from probes whose time budget could not hold" in section
     assert "`time_to_admission_by_family.png`" in section
     assert (out / "time_to_admission_by_family.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -648,5 +648,9 @@ async def test_a_bursty_residents_slowdown_is_seen_through_its_gaps() -> None:
         schedule_seed=11,
     )
     assert result.window_s == 5.0 and result.window_plan is not None and "washout of 5 s" in result.window_plan
+    # 2 × 1.25 × 5 s + 5 s = 17.5 s a pair at most: 240 s hold 13, fewer than the burst rule's 59 — known
+    # before the candidate started, and kept in the certificate's summary.
+    assert result.safe_reachable is False and result.to_summary_dict()["safe_reachable"] is False
+    assert "the budget holds 13 pairs, fewer than the 59 usable pairs the burst rule needs" in result.window_plan
     assert result.outcome == "unsafe", result.rollback_reason
     assert result.slowdown_estimate_pct is not None and result.slowdown_estimate_pct > 50.0
