@@ -57,12 +57,17 @@ TOP_DEFAULT = 50
 
 
 def _progress(outcome: Any, total: int) -> None:
+    """One line per finished pair on stderr. A display never decides a pair: with stderr closed
+    (``2>&-``) or its reader gone (``2>&1 | head``) the line is dropped and the job goes on (as
+    ``canary admit``'s progress does)."""
+    from canary.commands.admit import say
+
     extra = ""
     if outcome.slowdown_pct is not None:
         extra = f" ({outcome.outcome}, resident slowdown {outcome.slowdown_pct:+.1f}%)"
     elif outcome.status == "error":
         extra = f": {outcome.detail}"
-    sys.stderr.write(f"[{outcome.index + 1}/{total}] {outcome.status:<14} {outcome.label}{extra}\n")
+    say(sys.stderr, f"[{outcome.index + 1}/{total}] {outcome.status:<14} {outcome.label}{extra}\n")
 
 
 def _pct(value: float | None) -> str:
@@ -103,8 +108,10 @@ def _exit_code(report: Any) -> int:
         total = len(report.pairs)
         what = (f"was too small to probe any of the {total} pair(s)" if skipped == total
                 else f"ran out before {skipped} of {total} pair(s)")
-        sys.stderr.write(f"canary: the time budget of {report.budget_s:g} s {what}: their evidence is still "
-                         "missing; run the job again to resume, or give a larger --budget-s\n")
+        from canary.commands.admit import say
+
+        say(sys.stderr, f"canary: the time budget of {report.budget_s:g} s {what}: their evidence is still "
+                        "missing; run the job again to resume, or give a larger --budget-s\n")
         return 3
     return 0
 
