@@ -271,9 +271,75 @@ def read_text_limited(path: str | Path, *, limit: int = MAX_DOCUMENT_BYTES, what
         raise InputError(f"not a UTF-8 text file (expected {what})", file=file) from None
 
 
+_YAML_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(loader: Any, root: Any, file: str) -> None:
+    """Raise ``InputError`` naming the key's path and both lines when one mapping of the composed
+    document ``root`` holds the same key twice: YAML (and JSON) loaders keep the last value silently, so
+    ``memory:`` written twice would load the second one as if the first had never been there.
+
+    Keys compare as the values they load as (``1`` and ``01`` are the same key, ``"1"`` is another).
+    A merge (``<<: *base``) is not a duplicate: overriding merged keys is what it is for. Each mapping
+    node is checked once, so an alias that repeats a mapping costs nothing more."""
+    import yaml
+
+    seen_nodes: set[int] = set()
+    stack: list[tuple[Any, tuple[int | str, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*path, i)) for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, str] = {}
+            first_column: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _YAML_MERGE_TAG:
+                    stack.append((value_node, path))
+                    continue
+                key = loader.construct_object(key_node)
+                line = f"line {key_node.start_mark.line + 1}"
+                try:
+                    earlier = first_line.get(key)
+                except TypeError:  # an unhashable key; check_limits refuses it after loading
+                    continue
+                shown = str(key)  # a mapping key, even a number: ``m.1``, not the list index ``m[1]``
+                if earlier is not None:
+                    if earlier == line:  # JSON on one line: the columns tell the two apart
+                        earlier = f"{earlier}, column {first_column[key]}"
+                        line = f"{line}, column {key_node.start_mark.column + 1}"
+                    raise InputError(
+                        f"the key {shown!r} appears twice in one mapping, at {earlier} and at "
+                        f"{line}; a YAML/JSON loader would keep only the last value, so remove one",
+                        file=file,
+                        field=_field_path((*path, shown)),
+                    )
+                first_line[key] = line
+                first_column[key] = key_node.start_mark.column + 1
+                stack.append((value_node, (*path, shown)))
+
+
+def _load_yaml(text: str, file: str) -> Any:
+    """The data of the single YAML/JSON document ``text``, loaded by the safe loader after the
+    composed node tree is checked for duplicate keys (:func:`_refuse_duplicate_keys`)."""
+    loader = _safe_loader()(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _refuse_duplicate_keys(loader, root, file)
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
 def read_document(path: str | Path) -> Any:
     """Parse a YAML or JSON file (by content; JSON is YAML). Errors name the file and line, or the
-    limit a hostile document crossed (size, aliases, depth, values, number range)."""
+    limit a hostile document crossed (size, aliases, depth, values, number range), or a key written
+    twice in one mapping (its path and both lines)."""
     import yaml
 
     file = str(path)
@@ -281,7 +347,7 @@ def read_document(path: str | Path) -> Any:
     try:
         if "*" in text:  # no alias without an asterisk: the common file skips the extra pass
             _count_aliases(text, file)
-        data = yaml.load(text, Loader=_safe_loader())
+        data = _load_yaml(text, file)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -392,8 +392,8 @@ def _document_cases() -> list[Case]:
         cases.append(_c(f"import-{name}", f"--db {{store}} evidence import {{{name}}}", 2, import_fragment))
     cases.append(_c("profile-missing", "--db {store} fit h100 {dir}/nope.yaml", 2, "not found"))
     cases.append(_c("profile-dev-zero", "--db {store} fit h100 /dev/zero", 2, "not a regular file"))
-    # PyYAML keeps the last of duplicate keys; the document is then judged on what it holds.
-    cases.append(_c("profile-dup-keys", "--db {store} fit h100 {dup_keys}", 2, "version"))
+    # PyYAML would keep the last of duplicate keys; the loader refuses the document instead.
+    cases.append(_c("profile-dup-keys", "--db {store} fit h100 {dup_keys}", 2, "appears twice"))
     return cases
 
 
