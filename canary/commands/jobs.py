@@ -88,10 +88,11 @@ def _print_report(report: Any, *, drift: bool) -> None:
         headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
     sys.stdout.write(table(headers, rows) + "\n")
     for p in report.pairs:  # why a pair failed, or what an earlier node of the run recorded
-        if p.status in ("error", "done-in-run", "failed-in-run"):
+        if p.status in ("error", "done-in-run", "failed-in-run", "leased"):
             sys.stdout.write(f"{p.index + 1}: {p.status}: {p.detail}\n")
     counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "predicted", "queued", "fresh", "does-not-fit", "unknown-fit",
-                                                           "done-in-run", "failed-in-run", "skipped-budget", "error")
+                                                           "done-in-run", "failed-in-run", "leased", "skipped-budget",
+                                                           "error")
                        if report.count(s)) or "no pairs"
     sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"
                      + (f"; {report.stale_marked} record(s) marked stale" if drift else "") + "\n")
@@ -99,21 +100,26 @@ def _print_report(report: Any, *, drift: bool) -> None:
 
 def _exit_code(report: Any) -> int:
     """4 when a pair failed operationally (the others still ran); 3 when the budget ran out before some
-    pairs (their evidence is still missing: the job did not do what it was asked, yet nothing failed —
-    run it again to resume); else 0. The skipped pairs are named on stderr."""
+    pairs, or (fleet) another process still holds some pairs' leases (their evidence is still missing:
+    the job did not do what it was asked, yet nothing failed — run it again to resume); else 0. The
+    skipped pairs are named on stderr."""
+    from canary.commands.admit import say
+
     if report.count("error"):
         return 4
+    leased = report.count("leased")
+    if leased:
+        say(sys.stderr, f"canary: {leased} of {len(report.pairs)} pair(s) of the fleet run are leased by another "
+                        "process and not answered yet (listed below the table); run the job again when it "
+                        "finishes or its lease expires\n")
     skipped = report.count("skipped-budget")
     if skipped:
         total = len(report.pairs)
         what = (f"was too small to probe any of the {total} pair(s)" if skipped == total
                 else f"ran out before {skipped} of {total} pair(s)")
-        from canary.commands.admit import say
-
         say(sys.stderr, f"canary: the time budget of {report.budget_s:g} s {what}: their evidence is still "
                         "missing; run the job again to resume, or give a larger --budget-s\n")
-        return 3
-    return 0
+    return 3 if skipped or leased else 0
 
 
 def _check_warm_options(args: argparse.Namespace) -> None:

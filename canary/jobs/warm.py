@@ -29,6 +29,7 @@ from canary.jobs.plan import PlannedPair, WarmPlan, probe_order
 PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error",
                      "predicted",  # decided by a calibrated prediction the pair's policy trusts; no probe
                      "queued",  # handed to the node agent that owns the device (warm --from-history)
+                     "leased",  # fleet: another process holds the pair's lease; not answered yet
                      "done-in-run", "failed-in-run"]  # fleet: finished earlier in the run (another node or run)
 
 
@@ -167,6 +168,13 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
             except Exception as exc:  # one failed pair is reported, the run goes on
                 outcome = PairOutcome(item.position, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
                 final = "failed"
+            except BaseException:
+                # Cancelled (SIGINT, the budget's deadline): the pair was not answered. Hand it back to
+                # the run at once, shielded like the probe's rollback, so a rerun or another node claims
+                # it now rather than when the lease expires.
+                with anyio.move_on_after(10, shield=True):
+                    _release(engine, item)
+                raise
             with session_scope(engine) as session:
                 warm_queue.finish(session, item, state=final, result_json=dict(outcome.__dict__), now=_utcnow())
             results.append(outcome)
@@ -179,34 +187,71 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
                 tg.start_soon(worker, n)
     with session_scope(engine, read_only=True) as session:
         report.queue = warm_queue.run_status(session, run_id)
-        earlier = _finished_earlier(session, run_id, {o.index for o in results})
+        earlier = _rest_of_run(session, run_id, {o.index for o in results})
     report.pairs = sorted(results + earlier, key=lambda o: o.index)
     report.wall_s = time.monotonic() - started
     return report
 
 
-def _finished_earlier(session: Any, run_id: str, ran_here: set[int]) -> list[PairOutcome]:
-    """The run's pairs another node (or an earlier start of this job) already finished: what they
-    recorded, so a node that finds nothing left to claim still shows what the run did."""
+def _release(engine: Any, item: Any) -> None:
+    """Put a pair this node leased back in the queue (``queued``, no owner), if it still holds it.
+    Idempotent; a store error here leaves the lease to expire, as a dead node's does."""
+    from evidence_store.database import session_scope
+    from evidence_store.models import WarmQueue
+
+    try:
+        with session_scope(engine) as session:
+            row = session.get(WarmQueue, item.id, with_for_update=True)
+            if row is not None and row.state == "leased" and row.owner == item.owner:
+                row.state = "queued"
+                row.owner = None
+                row.lease_expires_at = None
+                row.updated_at = _utcnow()
+    except Exception:  # cleanup during a cancellation must not replace it
+        return
+
+
+def _rest_of_run(session: Any, run_id: str, ran_here: set[int]) -> list[PairOutcome]:
+    """Every pair of the run this node did not answer itself, so the report lists the whole run: what
+    another node (or an earlier start of this job) recorded for a pair it finished (``done-in-run``,
+    ``failed-in-run``); a pair another process holds leased now (``leased``: holder and expiry); a pair
+    nobody reached before this node's budget ran out (``skipped-budget``)."""
     from sqlalchemy import select
 
     from evidence_store.models import WarmQueue
 
-    rows = session.scalars(select(WarmQueue).where(WarmQueue.run_id == run_id, WarmQueue.state.in_(("done", "failed")))
-                           .order_by(WarmQueue.position))
+    rows = session.scalars(select(WarmQueue).where(WarmQueue.run_id == run_id).order_by(WarmQueue.position))
     out = []
     for row in rows:
         if row.position in ran_here:
+            continue
+        label = _queued_label(row.pair_json)
+        if row.state == "leased":
+            expires = "unknown" if row.lease_expires_at is None else f"{row.lease_expires_at:%Y-%m-%d %H:%M:%S}Z"
+            out.append(PairOutcome(row.position, label, "leased",
+                                   f"leased by {row.owner} until {expires} in run {run_id} (attempt "
+                                   f"{row.attempts}): not answered yet; run the job again after that node "
+                                   "finishes or its lease expires"))
+            continue
+        if row.state == "queued":
+            out.append(PairOutcome(row.position, label, "skipped-budget",
+                                   "still queued in the run when this node's time budget ran out"))
             continue
         result = dict(row.result_json or {})
         status: PairStatus = "done-in-run" if row.state == "done" else "failed-in-run"
         slowdown = result.get("slowdown_pct")
         out.append(PairOutcome(
-            row.position, str(result.get("label") or f"queue item {row.id}"), status,
+            row.position, str(result.get("label") or label), status,
             f"{result.get('status', row.state)} by {row.owner} at {row.updated_at:%Y-%m-%d %H:%M:%S}Z in run {run_id}"
             + (f": {result['detail']}" if result.get("detail") else ""),
             outcome=result.get("outcome"), slowdown_pct=slowdown if isinstance(slowdown, int | float) else None))
     return out
+
+
+def _queued_label(pair_json: Any) -> str:
+    """A queue row's pair as the report names a pair it has not loaded: candidate on device."""
+    pair = dict(pair_json or {})
+    return f"{pair.get('candidate', '?')} on {pair.get('device', '?')}"
 
 
 def _reason(exc: Exception) -> str:
