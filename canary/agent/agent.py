@@ -49,15 +49,16 @@ PRUNE_EVERY_S = 3600.0
 
 def read_device(source: str, now: dt.datetime) -> DeviceSnapshot:
     """The device's snapshot now: a live backend, or a snapshot file (a simulated device, read again on
-    every heartbeat so that editing it — a new driver, new residents — is seen)."""
-    if source.startswith(_LIVE_PREFIXES):
-        from canary.backends import resolve_device
+    every heartbeat so that editing it — a new driver, new residents — is seen).
 
-        snap = resolve_device(source).snapshot
-        return snap if snap.taken_at is not None else snap.model_copy(update={"taken_at": now})
-    from canary.snapshot import load_snapshot
+    A snapshot file is read as ``canary fit`` reads a DEVICE file (``resolve_device``): checked against
+    its catalog entry, resident profiles named by file read relative to it, and, for a catalogued
+    device, reporting the driver ``--sim-driver`` / ``$CANARY_SIM_DRIVER`` names when one is set."""
+    from canary.backends import resolve_device
 
-    snap = load_snapshot(source)  # resident profiles named by file are read, relative to the snapshot
+    snap = resolve_device(source).snapshot
+    if source.startswith(_LIVE_PREFIXES) and snap.taken_at is not None:
+        return snap
     return snap.model_copy(update={"taken_at": now})
 
 
