@@ -67,7 +67,7 @@ def _progress(outcome: Any, total: int) -> None:
         extra = f" ({outcome.outcome}, resident slowdown {outcome.slowdown_pct:+.1f}%)"
     elif outcome.status == "error":
         extra = f": {outcome.detail}"
-    say(sys.stderr, f"[{outcome.index + 1}/{total}] {outcome.status:<14} {outcome.label}{extra}\n")
+    say(sys.stderr, f"[{outcome.index + 1}/{total}] {outcome.status:<15} {outcome.label}{extra}\n")
 
 
 def _pct(value: float | None) -> str:
@@ -90,7 +90,8 @@ def _print_report(report: Any, *, drift: bool) -> None:
     for p in report.pairs:  # why a pair failed, or what an earlier node of the run recorded
         if p.status in ("error", "done-in-run", "failed-in-run", "leased"):
             sys.stdout.write(f"{p.index + 1}: {p.status}: {p.detail}\n")
-    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "predicted", "queued", "fresh", "does-not-fit", "unknown-fit",
+    counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "predicted", "queued", "fresh", "no-probe-needed",
+                                                           "does-not-fit", "unknown-fit",
                                                            "done-in-run", "failed-in-run", "leased", "skipped-budget",
                                                            "error")
                        if report.count(s)) or "no pairs"
@@ -115,7 +116,8 @@ def _exit_code(report: Any) -> int:
     skipped = report.count("skipped-budget")
     if skipped:
         total = len(report.pairs)
-        what = (f"was too small to probe any of the {total} pair(s)" if skipped == total
+        reached = sum(report.count(s) for s in ("probed", "predicted", "queued", "done-in-run", "failed-in-run"))
+        what = (f"was too small to probe any of the {skipped} pair(s) that need a probe" if not reached
                 else f"ran out before {skipped} of {total} pair(s)")
         say(sys.stderr, f"canary: the time budget of {report.budget_s:g} s {what}: their evidence is still "
                         "missing; run the job again to resume, or give a larger --budget-s\n")

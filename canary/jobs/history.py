@@ -20,6 +20,7 @@ window the lookups run as of now, as every admission's do.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import time
@@ -30,7 +31,7 @@ from typing import Any
 
 from canary.admission.request import QueuedRequest
 from canary.errors import InputError
-from canary.jobs.warm import PairOutcome, WarmReport
+from canary.jobs.warm import PairOutcome, WarmReport, classify_certificate
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, None: 1}
@@ -155,17 +156,9 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                 req = entry.request.request()
                 cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index,
                                          evidence_as_of=fresh_until)
-                if cert.hard_fit == "no":
-                    outcome = PairOutcome(index, entry.label, "does-not-fit", f"{cert.limiting_resource}: {cert.reason}")
-                elif cert.hard_fit == "unknown":
-                    outcome = PairOutcome(index, entry.label, "unknown-fit", cert.reason)
-                elif cert.decided_by == "canary" and cert.probe is not None:
-                    outcome = PairOutcome(index, entry.label, "probed", cert.reason, outcome=cert.probe.outcome,
-                                          slowdown_pct=cert.probe.slowdown_estimate_pct,
-                                          interval_pct=cert.probe.slowdown_interval_pct)
-                else:
-                    outcome = PairOutcome(index, entry.label, "fresh", cert.reason + _until(fresh_until),
-                                          outcome=cert.verdict)
+                outcome = classify_certificate(index, entry.label, cert)
+                if outcome.status == "fresh":
+                    outcome = dataclasses.replace(outcome, detail=outcome.detail + _until(fresh_until))
             except Exception as exc:
                 outcome = PairOutcome(index, entry.label, "error", f"{type(exc).__name__}: {exc}")
         report.pairs.append(outcome)

@@ -27,6 +27,7 @@ from canary.errors import CanaryError
 from canary.jobs.plan import PlannedPair, WarmPlan, probe_order
 
 PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error",
+                     "no-probe-needed",  # stage 1 or the policy decided without evidence (e.g. a MIG slice)
                      "predicted",  # decided by a calibrated prediction the pair's policy trusts; no probe
                      "queued",  # handed to the node agent that owns the device (warm --from-history)
                      "leased",  # fleet: another process holds the pair's lease; not answered yet
@@ -101,7 +102,38 @@ async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, dr
     label = _label(req)
     if time.monotonic() >= deadline:
         return PairOutcome(index, label, "skipped-budget", "the job's time budget ran out before this pair")
-    cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index)
+    attempt_seed = seed + index + ATTEMPT_SEED_STRIDE * _earlier_attempts(engine, req)
+    cert = await admit_async(req, engine=engine, reserve=False, seed=attempt_seed)
+    return classify_certificate(index, label, cert)
+
+
+#: How far apart the simulated seeds of a pair's successive attempts are (beyond any plan's indices).
+ATTEMPT_SEED_STRIDE = 100_003
+
+
+def _earlier_attempts(engine: Any, req: Request) -> int:
+    """How many probe records the pair's keys already have under the request's driver (inconclusive
+    ones included): a rerun probes a simulated device with another seed, so it adds information
+    instead of replaying the same simulated result. 0 for a pair never probed (the job's ``--seed``
+    plus the pair's index, as before)."""
+    from canary.admission import pair_key
+    from evidence_store.database import session_scope
+    from evidence_store.evidence import list_evidence
+
+    count = 0
+    with session_scope(engine, read_only=True) as session:
+        for resident in req.snapshot.residents:
+            key = pair_key(req, resident)
+            if key is None:
+                continue
+            rows = list_evidence(session, pair=f"{key.resident_version}:{key.candidate_version}",
+                                 device_type=key.device_type)
+            count += sum(1 for r in rows if r.key == key and r.driver_version == req.snapshot.driver_version)
+    return count
+
+
+def classify_certificate(index: int, label: str, cert: Any) -> PairOutcome:
+    """The pair's status from what decided its certificate."""
     if cert.hard_fit == "no":
         return PairOutcome(index, label, "does-not-fit", f"{cert.limiting_resource}: {cert.reason}")
     if cert.hard_fit == "unknown":
@@ -110,13 +142,33 @@ async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, dr
     if cert.decided_by == "canary" and probe is not None:
         return PairOutcome(index, label, "probed", cert.reason, outcome=probe.outcome,
                            slowdown_pct=probe.slowdown_estimate_pct, interval_pct=probe.slowdown_interval_pct)
-    if cert.decided_by == "cache":
+    if cert.decided_by == "cache" and cert.verdict in ("admit", "reject"):
         return PairOutcome(index, label, "fresh", "fresh evidence already covers every resident",
                            outcome=cert.verdict)
     if cert.decided_by == "predicted":
         return PairOutcome(index, label, "predicted", cert.reason, outcome=cert.verdict,
                            interval_pct=cert.predicted_slowdown_range)
-    return PairOutcome(index, label, "fresh", cert.reason, outcome=cert.verdict)
+    # Stage 1 or the policy decided without evidence (a hard-isolated MIG slice, no resident to
+    # disturb, a resident without a profile no probe could measure): nothing to probe, nothing fresh.
+    return PairOutcome(index, label, "no-probe-needed", cert.reason, outcome=cert.verdict)
+
+
+def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None) -> PairOutcome | None:
+    """What the pair gets without a probe, read from stage 1 and the store before the budget is
+    spent on probes: does not fit, fresh evidence, nothing to probe, or its device cannot be reached
+    (``error``). ``None``: the pair needs a probe."""
+    from canary.admission import EvidenceAccess, make_certificate
+
+    try:
+        req = _with_driver(load_pair(pair), driver)
+        now = _utcnow()
+        settlement = EvidenceAccess.over(engine).read_and_settle(req, now)
+    except Exception as exc:  # one failed pair is reported, the job goes on
+        return PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
+    if settlement.settled.probe_keys:
+        return None
+    cert = make_certificate(settlement.req, settlement.hard, settlement.settled.decision, now)
+    return classify_certificate(index, _label(req), cert)
 
 
 async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, seed: int = 0,
@@ -284,8 +336,21 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
             if progress is not None:
                 progress(outcome, len(plan.pairs))
 
-    order = probe_order([pair_value(pair, engine) for pair in plan.pairs])
-    with anyio.move_on_after(plan.budget_s) as scope:
+    # Pairs that need no probe are answered first, from stage 1 and the store: they cost no probe
+    # time, so a budget that runs out never leaves a fresh pair reported as missing.
+    to_probe: list[int] = []
+    for i, pair in enumerate(plan.pairs):
+        answered = _triage(i, pair, engine=engine, driver=driver)
+        if answered is None:
+            to_probe.append(i)
+            continue
+        results[i] = answered
+        if progress is not None:
+            progress(answered, len(plan.pairs))
+    values = {i: pair_value(plan.pairs[i], engine) for i in to_probe}
+    order = [to_probe[k] for k in probe_order([values[i] for i in to_probe])]
+    remaining_s = max(0.0, deadline - time.monotonic())
+    with anyio.move_on_after(remaining_s) as scope:
         async with anyio.create_task_group() as tg:
             for i in order:
                 tg.start_soon(run, i, plan.pairs[i])

@@ -55,9 +55,10 @@ def test_a_budget_too_small_for_any_pair_is_not_success(tmp_path: Path, capsys: 
     out = run_in_process(["warm", PLAN, "--budget-s", "0.001", "--json"], capsys=capsys, monkeypatch=monkeypatch,
                          env=cli_env(tmp_path))
     pairs = json.loads(out.stdout)["pairs"]
-    assert [p["status"] for p in pairs] == ["skipped-budget"] * 5
+    # the two pairs stage 1 refuses are answered without a probe, before the budget is spent
+    assert [p["status"] for p in pairs] == ["skipped-budget"] * 3 + ["does-not-fit"] * 2
     assert out.returncode == 3  # evidence still missing, nothing failed (docs/jobs.md)
-    assert "too small to probe any" in out.stderr and "--budget-s" in out.stderr
+    assert "too small to probe any of the 3 pair(s) that need a probe" in out.stderr and "--budget-s" in out.stderr
 
 
 def test_a_second_fleet_start_shows_what_the_run_did(tmp_path: Path, capsys: pytest.CaptureFixture[str],

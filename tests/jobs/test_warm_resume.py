@@ -1,0 +1,62 @@
+"""A budget-limited ``canary warm`` resumes where it stopped: pairs with fresh evidence (and pairs
+stage 1 refuses) are answered from the store before the budget is spent on probes, so they are
+reported ``fresh`` (``does-not-fit``), never as missing; and a rerun probes a pair whose last probe
+was inconclusive with another simulated seed, so it adds information instead of replaying it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_in_process
+from tests.support.paths import EXAMPLES, cli_env
+
+PROFILES = EXAMPLES / "profiles"
+PLAN = str(EXAMPLES / "plans" / "nightly-h100.yaml")
+
+
+def test_a_rerun_out_of_budget_reports_fresh_pairs_as_fresh(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    env = cli_env(tmp_path)
+    first = run_in_process(["warm", PLAN, "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
+    assert first.returncode == 0, first.stderr
+    assert [p["status"] for p in json.loads(first.stdout)["pairs"]].count("probed") == 3
+    again = run_in_process(["warm", PLAN, "--budget-s", "0.001", "--json"], capsys=capsys,
+                           monkeypatch=monkeypatch, env=env)
+    assert again.returncode == 0, again.stderr  # every pair answered: nothing is missing
+    pairs = json.loads(again.stdout)["pairs"]
+    assert [p["status"] for p in pairs] == ["fresh"] * 3 + ["does-not-fit"] * 2
+    assert "still missing" not in again.stderr
+
+
+def test_a_rerun_probes_an_inconclusive_pair_with_another_seed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "one.json"
+    plan.write_text(json.dumps({"name": "one", "budget_s": 120, "pairs": [{
+        "device": "h100", "candidate": str(PROFILES / "embedding-service.yaml"),
+        "residents": [str(PROFILES / "sd-unet-serving.yaml")]}]}))
+    env = cli_env(tmp_path)
+    runs = []
+    for _ in range(2):
+        out = run_in_process(["warm", str(plan), "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout)["pairs"][0])
+    assert [r["status"] for r in runs] == ["probed", "probed"]  # inconclusive evidence is not fresh
+    assert runs[0]["outcome"] == "inconclusive"
+    assert runs[0]["slowdown_pct"] != runs[1]["slowdown_pct"]  # the same seed replayed the same result
+
+
+def test_a_pair_stage_1_decides_alone_is_not_called_fresh(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MIG slice is isolated from its residents: admitted with no evidence at all, so not ``fresh``."""
+    plan = tmp_path / "mig.json"
+    plan.write_text(json.dumps({"name": "mig", "budget_s": 120, "pairs": [{
+        "device": str(EXAMPLES / "snapshots" / "c-mig-95pct.yaml"),
+        "candidate": str(PROFILES / "embedding-service.yaml")}]}))
+    out = run_in_process(["warm", str(plan), "--json"], capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
+    assert out.returncode == 0, out.stderr
+    [pair] = json.loads(out.stdout)["pairs"]
+    assert (pair["status"], pair["outcome"]) == ("no-probe-needed", "admit")
+    assert "MIG instance" in pair["detail"]
