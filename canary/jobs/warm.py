@@ -406,9 +406,15 @@ def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, 
     updated = []
     with session_scope(engine, read_only=True) as session:
         for outcome in report.pairs:
+            if outcome.status == "error":  # its device could not be reached: reported as it failed
+                updated.append(outcome)
+                continue
             pair = plan.pairs[outcome.index]
-            req = _with_driver(load_request(pair.device, pair.candidate, resident_paths=pair.residents,
-                                            regime=pair.regime, policy_ref=pair.policy), driver)
+            try:
+                req = _with_driver(load_pair(pair), driver)
+            except CanaryError:  # the device went away since the pair ran: no old evidence to show
+                updated.append(outcome)
+                continue
             old = None
             for resident in req.snapshot.residents:
                 key = pair_key(req, resident)

@@ -97,3 +97,20 @@ def test_contradictory_or_meaningless_options_are_refused(
     assert out.returncode == 2, out.stderr
     assert f"'{field}'" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "evidence.sqlite3").exists()  # refused before the store was touched
+
+
+def test_revalidate_reports_an_unreachable_device_and_the_other_pairs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    probed = {"device": "h100", "candidate": str(PROFILES / "embedding-service.yaml"),
+              "residents": [str(PROFILES / "resnet50-training.yaml")]}
+    env = cli_env(tmp_path)
+    assert run_in_process(["warm", _plan(tmp_path, probed, name="before")], capsys=capsys, monkeypatch=monkeypatch,
+                          env=env).returncode == 0
+    plan = _plan(tmp_path, {"device": "nvml:7", "candidate": str(PROFILES / "embedding-service.yaml")}, probed, NO_FIT)
+    out = run_in_process(["revalidate", "--driver", "600.1", "--yes", "--plan", plan], capsys=capsys,
+                         monkeypatch=monkeypatch, env=env)
+    assert out.returncode == 4, out.stderr  # a pair failed operationally; the others ran (docs/jobs.md)
+    assert "1: error: " in out.stdout and "NVIDIA" in out.stdout
+    assert "probed 1, does-not-fit 1, error 1" in out.stdout and "1 record(s) marked stale" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if line.startswith("2 "))
+    assert "simulator-1" in row  # the old driver's evidence beside the new probe
