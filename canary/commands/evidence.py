@@ -35,7 +35,10 @@ def add_parser(subparsers: Any) -> None:
         help="only this workload pair; each side a workload name (llm-decode), name@version, or a version "
         "as the table shows it or in full (comms:embedding-service, megakernel@0.9.3:llm-decode)",
     )
-    ls.add_argument("--device-type", metavar="T", help="only this device type (e.g. h100-sxm)")
+    ls.add_argument(
+        "--device-type", metavar="T", help="only this device type: a catalog name or alias, as DEVICE of canary fit "
+        "(h100 is h100-sxm)"
+    )
     ls.add_argument("--status", choices=("current", "stale", "revoked"), help="only this status")
     ls.add_argument(
         "--limit", type=int, default=100, metavar="N", help="at most N records (0: all; default 100)"
@@ -55,7 +58,9 @@ def add_parser(subparsers: Any) -> None:
     )
     cert_sub = certs.add_subparsers(dest="certificates_command", metavar="ACTION", required=True)
     cls = cert_sub.add_parser("list", help="certificates, newest issued first")
-    cls.add_argument("--device", metavar="D", help="only this device type (h100-sxm) or device UUID")
+    cls.add_argument(
+        "--device", metavar="D", help="only this device type (a catalog name or alias: h100 is h100-sxm) or device UUID"
+    )
     cls.add_argument(
         "--workload", metavar="W", help="only this candidate workload: a name, name@version or a version"
     )
@@ -125,6 +130,9 @@ def run_list(args: argparse.Namespace) -> int:
         check_pair_filter(args.pair)
     swapped = 0
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        if args.device_type is not None:
+            args.device_type = device_type_filter(session, args.device_type, option="--device-type",
+                                                  column=Evidence.device_type)
         if args.pair is None:
             records = list_evidence(
                 session, device_type=args.device_type, status=args.status, limit=args.limit or None
@@ -165,6 +173,23 @@ def run_list(args: argparse.Namespace) -> int:
     if args.limit and len(records) == args.limit:
         sys.stdout.write(f"(first {args.limit} shown, {total} records in the store; --limit 0 shows all)\n")
     return EXIT_ADMIT
+
+
+def device_type_filter(session: Any, value: str, *, option: str, column: Any) -> str:
+    """The device type a filter option names, resolved as DEVICE is for ``canary fit``: a catalog name
+    or alias (``h100`` is ``h100-sxm``, the name records are stored under). A name the catalog lacks is
+    kept only when ``column`` holds it (a live device of a model the catalog lacks); otherwise it is an
+    ``UnknownDevice`` (exit 2) naming ``option`` and the closest catalog names, not an empty answer."""
+    from sqlalchemy import select
+
+    from canary.catalog import UnknownDevice, lookup
+
+    try:
+        return lookup(value).name
+    except UnknownDevice as exc:
+        if session.scalar(select(column).where(column == value).limit(1)) is not None:
+            return value
+        raise UnknownDevice(exc.problem, field=option) from None
 
 
 def _swapped_matches(pair: str, names: Any) -> list[tuple[str, str]]:
@@ -288,6 +313,8 @@ def run_certificates_list(args: argparse.Namespace) -> int:
 
         raise UsageError("must be 0 (all) or a count up to 10**9", field="--limit")
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
+        if args.device is not None:
+            args.device = _certificate_device(args.device)
         records, total = list_certificates(
             session, device=args.device, workload=args.workload, verdict=args.verdict, limit=args.limit or None
         )
@@ -316,6 +343,17 @@ def run_certificates_list(args: argparse.Namespace) -> int:
     if len(records) < total:
         sys.stdout.write(f"(first {len(records)} shown of {total} matching; --limit 0 shows all)\n")
     return EXIT_ADMIT
+
+
+def _certificate_device(value: str) -> str:
+    """``--device`` of ``certificates list``: a catalog name or alias as the catalog names the type
+    (``h100`` → ``h100-sxm``, as certificates record it), anything else as given (a device UUID)."""
+    from canary.catalog import UnknownDevice, lookup
+
+    try:
+        return lookup(value).name
+    except UnknownDevice:
+        return value
 
 
 def run_certificates_show(args: argparse.Namespace) -> int:

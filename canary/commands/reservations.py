@@ -7,10 +7,11 @@ the last free memory. Bookings end when released or when their lease expires.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
-from canary.errors import EXIT_ADMIT
+from canary.errors import EXIT_ADMIT, InputError
 
 
 def add_parser(subparsers: Any) -> None:
@@ -20,7 +21,11 @@ def add_parser(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="reservations_command", metavar="ACTION", required=True)
 
     ls = sub.add_parser("list", help="active bookings (all devices, or one)")
-    ls.add_argument("--device", metavar="D", help="only this device id")
+    ls.add_argument(
+        "--device", metavar="D", help="only this device: the id bookings are held under (sim:h100-sxm, a GPU UUID, "
+        "file:…, snapshot:…), or a device as canary fit names it (a catalog name or alias such as h100, a "
+        "snapshot file, agent:NODE/NAME)"
+    )
     ls.add_argument("--all", action="store_true", help="include released and expired bookings")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(handler=run_list)
@@ -39,7 +44,8 @@ def run_list(args: argparse.Namespace) -> int:
 
     now = utcnow()
     with store(args.db) as engine, session_scope(engine, read_only=True) as session:
-        records = list_reservations(session, now=now, device_id=args.device, include_inactive=args.all)
+        device_id = None if args.device is None else booking_device_id(session, args.device)
+        records = list_reservations(session, now=now, device_id=device_id, include_inactive=args.all)
     if args.json:
         write_json([r.model_dump(mode="json") | {"active": r.active_at(now)} for r in records])
         return EXIT_ADMIT
@@ -49,6 +55,46 @@ def run_list(args: argparse.Namespace) -> int:
     headers, rows = reservation_rows(records, now)
     sys.stdout.write(table(headers, rows) + "\n")
     return EXIT_ADMIT
+
+
+#: Prefixes of the device ids bookings are made against (``Request.device_id``) that no DEVICE has.
+_STORED_ID_PREFIXES = ("sim:", "file:", "snapshot:")
+#: A device UUID (``GPU-…``, ``MIG-…`` or a bare one), which bookings on a live device are made against.
+_DEVICE_UUID = re.compile(r"^(?:[A-Za-z]+-)?[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+
+def booking_device_id(session: Any, given: str) -> str:
+    """The device id ``--device`` names: itself when it has a stored id's form or bookings are held under
+    it; else the id an admission on the DEVICE it names books under (``Request.device_id``), so ``h100``
+    finds the bookings held under ``sim:h100-sxm``. A name that is neither is an ``InputError`` (exit 2)
+    naming ``--device`` (for a catalog name: the closest names), not an empty list."""
+    from types import SimpleNamespace
+
+    from sqlalchemy import select
+
+    from canary.admission.request import Request
+    from canary.backends import resolve_device
+    from evidence_store import published
+    from evidence_store.models import Reservation
+    from evidence_store.reservations import MIG_INSTANCE_SEPARATOR
+
+    if given.startswith(_STORED_ID_PREFIXES) or MIG_INSTANCE_SEPARATOR in given or _DEVICE_UUID.match(given):
+        return given
+    if session.scalar(select(Reservation.id).where(Reservation.device_id == given).limit(1)) is not None:
+        return given  # another form of device id bookings are held under
+    if given.startswith(published.AGENT_REF_PREFIX):
+        pub = published.get_by_ref(session, given)
+        if pub is None:
+            raise InputError(f"no node agent publishes {given!r}, and no booking is held under it", field="--device")
+        return pub.device_id  # agent_device_id: what probes and bookings of the device are keyed by
+    try:
+        device = resolve_device(given)
+    except InputError as exc:
+        raise InputError(f"{exc.problem}; nor is it the device id of a booking", field="--device") from None
+    # Request.device_id reads only the device: its own rule is applied, not a copy of it
+    device_id = Request.device_id.fget(  # type: ignore[attr-defined]
+        SimpleNamespace(device=device, snapshot=device.snapshot, spec=device.spec))
+    return str(device_id)
 
 
 def run_release(args: argparse.Namespace) -> int:
