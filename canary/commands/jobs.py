@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -223,6 +224,8 @@ def run_revalidate(args: argparse.Namespace) -> int:
     import anyio
 
     from canary.admission import utcnow
+    from canary.backends import check_sim_driver
+    from canary.errors import InputError, UsageError
     from canary.jobs.plan import load_plan
     from canary.jobs.warm import (
         WarmReport,
@@ -237,11 +240,13 @@ def run_revalidate(args: argparse.Namespace) -> int:
     if args.device_type is not None:
         from canary.catalog import lookup
 
-        device_type = lookup(args.device_type).name
-    if not args.driver.strip():
-        from canary.errors import UsageError
-
-        raise UsageError("must name the driver version now installed", field="--driver")
+        try:
+            device_type = lookup(args.device_type).name
+        except InputError as exc:
+            raise UsageError(exc.problem, field="--device-type") from None
+    # the version the new evidence is keyed to: trimmed and checked as --sim-driver is (a stray space
+    # made the new driver's own evidence stale)
+    args.driver = check_sim_driver(args.driver, field="--driver")
     plan = load_plan(args.plan) if args.plan else None
     if plan is not None:
         check_plan(plan, args.plan)
@@ -258,8 +263,9 @@ def run_revalidate(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(f"{stale} evidence record(s) recorded under another driver are now stale"
                              + (f" ({len(events)} drift event(s): canary drift)" if events else "")
-                             + "; run `canary revalidate --plan PLAN` (or canary warm PLAN) to re-probe the hot "
-                             "pairs\n")
+                             + f"; to re-probe the hot pairs under {args.driver}, run `canary revalidate --driver "
+                             f"{shlex.quote(args.driver)} "
+                             + (f"--device-type {device_type}" if device_type else "--yes") + " --plan PLAN`\n")
         return 0
 
     async def go() -> WarmReport:
