@@ -29,7 +29,14 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DecisionRequest(_Body):
+class _Request(_Body):
+    """A request body: strict, so ``"probe": "yes"`` or ``"seed": "5"`` is a 422 naming the field, never a
+    value pydantic guessed (an integer is still accepted where a number belongs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DecisionRequest(_Request):
     device: Ref | Document = Field(description=DEVICE_DOC)
     candidate: Ref | Document = Field(description=PROFILE_DOC)
     residents: list[Ref | Document] = Field(default_factory=list, max_length=MAX_RESIDENTS,
@@ -90,7 +97,7 @@ class ProblemDetail(_Body):
     detail: str
 
 
-class RegistryPut(_Body):
+class RegistryPut(_Request):
     document: Document
     name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^@]+$",
                              description="snapshots only (a profile is stored under its own name)")
@@ -108,7 +115,7 @@ class RegistryEntryOut(_Body):
     document: dict[str, Any] | None = None
 
 
-class RevokeRequest(_Body):
+class RevokeRequest(_Request):
     reason: str = Field(min_length=1, max_length=2000)
 
 
