@@ -15,12 +15,17 @@ Each record is refused (``InputError`` naming the file, the line and the field) 
   at least the policy's ``min_evidence_confidence`` (the judge cannot be that sure of that);
 * it lives longer than the policy's ``evidence_ttl_s`` (``expires_at - created_at``), or was created
   more than five minutes in the future.
+
+The file as a whole (``check_repeats``) is refused when a line repeats an earlier one (the same record
+twice), when one probe id has two different records, or when one record id is given to two probes;
+each such conflict is reported with both line numbers.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from canary.errors import InputError
@@ -90,3 +95,53 @@ def check_record(
         raise bad("expires_at", f"lives {life:g} s, longer than the policy's evidence_ttl_s of {ttl_s:g} s")
     if rec.created_at > now + CLOCK_SKEW:
         raise bad("created_at", f"{rec.created_at.isoformat()} is in the future")
+
+
+def _first_difference(earlier: EvidenceOut, later: EvidenceOut) -> str | None:
+    first, second = earlier.model_dump(mode="json"), later.model_dump(mode="json")
+    return next((name for name in second if first.get(name) != second[name]), None)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def check_repeats(numbered: Sequence[tuple[int, EvidenceOut]], *, file: str) -> None:
+    """Raise ``InputError`` naming the file and, for each conflict, both lines (at most five shown)
+    when the file holds the same record twice, two different records of one probe id, or one record id
+    for two probes. Nothing in the file can be imported then: which of the two to keep is not canary's
+    guess to make."""
+    by_probe: dict[str, tuple[int, EvidenceOut]] = {}
+    by_id: dict[str, tuple[int, EvidenceOut]] = {}
+    problems: list[str] = []
+    for line, rec in numbered:
+        earlier = by_probe.get(rec.probe_id)
+        if earlier is not None:
+            first_line, first = earlier
+            differing = _first_difference(first, rec)
+            if differing is None:
+                problems.append(f"line {line} repeats line {first_line} (probe id {rec.probe_id!r}): remove one")
+            else:
+                problems.append(
+                    f"line {line}: probe id {rec.probe_id!r} is also at line {first_line}, with another "
+                    f"'{differing}' (line {first_line}: {_shown(getattr(first, differing))}, "
+                    f"line {line}: {_shown(getattr(rec, differing))})"
+                )
+            continue
+        by_probe[rec.probe_id] = (line, rec)
+        other = by_id.get(rec.id)
+        if other is not None:
+            problems.append(
+                f"line {line}: id {rec.id!r} is also at line {other[0]}, for another probe "
+                f"(line {other[0]}: probe id {other[1].probe_id!r}, line {line}: probe id {rec.probe_id!r})"
+            )
+            continue
+        by_id[rec.id] = (line, rec)
+    if problems:
+        shown = problems[:5]
+        if len(problems) > len(shown):
+            shown.append(f"… and {len(problems) - len(shown)} more")
+        raise InputError(
+            f"{len(problems)} conflict(s) within the file; nothing imported:\n  " + "\n  ".join(shown), file=file
+        )

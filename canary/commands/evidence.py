@@ -458,7 +458,7 @@ def run_import(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import store
     from evidence_store.database import session_scope
     from evidence_store.export_file import key_id, read_export, read_fleet_key
-    from evidence_store.import_check import check_record
+    from evidence_store.import_check import check_record, check_repeats
     from evidence_store.transfer import import_records
 
     path = Path(args.file)
@@ -470,6 +470,7 @@ def run_import(args: argparse.Namespace) -> int:
     for line, rec in numbered:
         check_record(rec, line=line, file=str(path), max_slowdown_pct=max_slowdown_pct,
                      min_confidence=policy.min_evidence_confidence, ttl_s=policy.evidence_ttl_s, now=now)
+    check_repeats(numbered, file=str(path))
     signed = f", signed by fleet key {key_id(key)}" if key is not None else ""
     origin = f"file {path.name} imported {now.strftime('%Y-%m-%dT%H:%M:%SZ')}{signed}"
     with store(args.db) as engine, session_scope(engine) as session:

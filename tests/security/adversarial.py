@@ -447,7 +447,7 @@ IMPORT_CASES = [
     ("imp_key_edit", "digest"), ("imp_source_bogus", "source"), ("imp_status_bogus", "status"),
     ("imp_extra_field", "extra"), ("imp_naive_time", "created_at"), ("imp_expires_before", "expires_at"),
     ("imp_header_only_bad", "version"), ("imp_no_header", "line 1"), ("imp_long_line", "longer than"),
-    ("imp_deep_json", "line 2"), ("imp_huge_number", "line 2"), ("imp_dup_probe", "probe_id"),
+    ("imp_deep_json", "line 2"), ("imp_huge_number", "line 2"), ("imp_dup_probe", "is also at line 2"),
     ("imp_second_bad", "line 3"), ("imp_array_line", "line 2"), ("imp_blank_line", "blank line"),
     ("imp_crlf_binary", "utf-8"),
 ]
