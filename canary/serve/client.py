@@ -62,8 +62,40 @@ def request_body(args: Any, *, admit: bool) -> dict[str, Any]:
     return body
 
 
+SERVER_ENV = "CANARY_SERVER"
+
+
+def check_server_url(url: str, *, field: str | None = None) -> str:
+    """``url`` if it is ``http(s)://host[:port][/path]``, else ``InputError`` naming ``field`` (by default
+    ``--server``, or ``$CANARY_SERVER`` when that is where the URL came from). A URL that cannot be a
+    service's address is bad input (exit 2), not a service that did not answer (exit 4)."""
+    from urllib.parse import urlsplit
+
+    if field is None:
+        field = f"${SERVER_ENV}" if os.environ.get(SERVER_ENV) == url else "--server"
+    want = "expected http://HOST[:PORT] or https://HOST[:PORT]"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InputError(f"{url!r} is not a URL ({exc}); {want}", field=field) from None
+    if parts.scheme not in ("http", "https"):
+        why = "has no scheme" if not parts.scheme or not parts.netloc else f"has scheme {parts.scheme!r}"
+        raise InputError(f"{url!r} {why}; {want}", field=field)
+    if not parts.hostname:
+        raise InputError(f"{url!r} names no host; {want}", field=field)
+    if port == 0:
+        raise InputError(f"{url!r} names port 0; {want}", field=field)
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise InputError(f"{url!r} has a query, fragment or credentials (send the token with --token or "
+                         f"$CANARY_TOKEN); {want}", field=field)
+    return url
+
+
 class ServiceClient:
-    def __init__(self, base_url: str, token: str | None, *, timeout_s: float = 60.0) -> None:
+    def __init__(self, base_url: str, token: str | None, *, timeout_s: float = 60.0,
+                 field: str | None = None) -> None:
+        check_server_url(base_url, field=field)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s))

@@ -5,12 +5,50 @@ node. Nothing here can come from a request."""
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from canary._model import load_document
+from canary.errors import InputError
+
+SNAPSHOT_SUFFIXES = (".yaml", ".yml", ".json")
+
+NodeRefKind = Literal["file", "missing file", "registry", "catalog"]
+
+
+def node_ref_kind(ref: str) -> NodeRefKind:
+    """What one of a node's device entries names: a snapshot file (present, or missing: read at request
+    time, so a missing one answers *unknown* then), a registry reference ``name@version``, or a catalog
+    device (anything else)."""
+    if "@" in ref:
+        return "registry"
+    if os.path.isfile(ref):
+        return "file"
+    if "/" in ref or os.sep in ref or ref.endswith(SNAPSHOT_SUFFIXES):
+        return "missing file"
+    return "catalog"
+
+
+def _node_device(ref: str) -> str:
+    """A node's device entry that names a catalog device must name one the catalog has (with its closest
+    names when it does not): checked at start-up, not at the first scheduling request."""
+    if node_ref_kind(ref) != "catalog":
+        return ref
+    from canary.catalog import lookup
+
+    if ":" in ref:
+        raise ValueError(f"{ref!r} is neither a snapshot file, a snapshot name@version nor a catalog device name")
+    try:
+        lookup(ref)
+    except InputError as exc:
+        raise ValueError(exc.problem) from None
+    return ref
+
+
+NodeDeviceRef = Annotated[str, AfterValidator(_node_device)]
 
 
 class ServeConfig(BaseModel):
@@ -66,7 +104,7 @@ class ServeConfig(BaseModel):
     extender_probe_unknown: bool = Field(
         default=True, description="queue a probe (one per pair) for pairs the filter found without evidence, so a "
         "later scheduling attempt is decided from evidence")
-    nodes: dict[str, tuple[str, ...]] = Field(
+    nodes: dict[str, tuple[NodeDeviceRef, ...]] = Field(
         default_factory=dict, description="Kubernetes node name → its devices: snapshot files, registry references "
         "(snapshot name@version) or catalog names")
     default_policy: str = "default"
@@ -89,9 +127,73 @@ class ServeConfig(BaseModel):
                              "tokens")
         return self
 
+    @field_validator("tls_certfile")
+    @classmethod
+    def _certificate_file(cls, path: str | None) -> str | None:
+        return None if path is None else _pem_file(path, "--tls-cert", "CERTIFICATE", "a certificate")
+
+    @field_validator("tls_keyfile")
+    @classmethod
+    def _key_file(cls, path: str | None) -> str | None:
+        return None if path is None else _pem_file(path, "--tls-key", "PRIVATE KEY", "a private key")
+
+    @field_validator("tls_ca_certs")
+    @classmethod
+    def _ca_file(cls, path: str | None) -> str | None:
+        return None if path is None else _pem_file(path, "--tls-ca", "CERTIFICATE", "CA certificates")
+
+    @model_validator(mode="after")
+    def _tls_files_load(self) -> ServeConfig:
+        """Load the certificate, its key and the CA bundle as the server will, so a missing, unreadable or
+        swapped file is bad input naming its field and file before the service announces itself."""
+        if self.tls_certfile is not None and self.tls_keyfile is not None:
+            check_tls_files(self.tls_certfile, self.tls_keyfile, self.tls_ca_certs)
+        elif self.tls_ca_certs is not None:
+            raise ValueError("tls_ca_certs (--tls-ca) needs tls_certfile and tls_keyfile (--tls-cert, --tls-key)")
+        return self
+
     @property
     def tls(self) -> bool:
         return self.tls_certfile is not None
+
+
+def _pem_file(path: str, option: str, marker: str, what: str) -> str:
+    """``path`` if it exists, is readable and holds a PEM block whose label contains ``marker``."""
+    where = f"{path!r} ({option})"
+    try:
+        text = Path(path).read_bytes()[: 1 << 20].decode("ascii", errors="replace")
+    except FileNotFoundError:
+        raise ValueError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{where}: is a directory, not a PEM file") from None
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if not any(marker in line for line in text.splitlines() if line.startswith("-----BEGIN ")):
+        labels = sorted({line.strip("-").removeprefix("BEGIN ") for line in text.splitlines()
+                         if line.startswith("-----BEGIN ")})
+        found = f"it holds {', '.join(labels)}" if labels else "it holds no PEM block"
+        raise ValueError(f"{where}: expected {what} (PEM), but {found}")
+    return path
+
+
+def check_tls_files(certfile: str, keyfile: str, ca_certs: str | None) -> None:
+    """Raise ``ValueError`` naming the field, option and file when the server's certificate, its key or
+    the client CA bundle would not load (``ssl.SSLContext.load_cert_chain`` / ``load_verify_locations``)."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError(f"tls_certfile (--tls-cert) {certfile!r} and tls_keyfile (--tls-key) {keyfile!r} do not "
+                         f"load as a certificate and its private key ({exc.strerror or exc}): is the key this "
+                         "certificate's, and not encrypted?") from None
+    if ca_certs is not None:
+        try:
+            context.load_verify_locations(cafile=ca_certs)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"tls_ca_certs (--tls-ca) {ca_certs!r}: does not load as CA certificates "
+                             f"({exc.strerror or exc})") from None
 
 
 def _is_loopback(host: str) -> bool:

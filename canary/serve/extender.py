@@ -136,16 +136,18 @@ def published_node_devices(svc: Service, node: str, policy: Policy) -> list[Reso
 def node_devices(svc: Service, node: str, policy: Policy) -> list[NodeDevice]:
     """The node's devices from operator configuration, else those its node agent publishes (stale ones
     read as unknown under ``policy``); ``[]`` when neither knows the node."""
+    from canary.serve.config import node_ref_kind
     from canary.serve.resolve import _device
 
     if node not in svc.config.nodes:
         return [NodeDevice(d.ref.removeprefix("agent:"), d) for d in published_node_devices(svc, node, policy)]
     out = []
     for position, ref in enumerate(svc.config.nodes.get(node, ())):
+        kind = node_ref_kind(ref)
         try:
-            if "@" not in ref and os.path.isfile(ref):
+            if kind == "file":
                 device = _snapshot_file(ref, os.stat(ref).st_mtime_ns)
-            elif "@" not in ref and ("/" in ref or os.sep in ref or ref.endswith((".yaml", ".yml", ".json"))):
+            elif kind == "missing file":
                 raise InputError("the snapshot file the serve configuration names for this device is missing "
                                  "or unreadable on the server (`nodes:` / --node)")
             else:
