@@ -160,10 +160,13 @@ def node_devices(svc: Service, node: str, policy: Policy) -> list[NodeDevice]:
     return out
 
 
-def _problem(exc: CanaryError) -> str:
-    """An error's problem without the server file it came from (``InputError.file``)."""
-    if isinstance(exc, InputError) and exc.file is not None:
-        return f"field '{exc.field}': {exc.problem}" if exc.field else exc.problem
+def _problem(exc: CanaryError, fields: dict[str, str] | None = None) -> str:
+    """An error's problem without the server file it came from (``InputError.file``), its field named
+    as the pod names it (``fields``: the core's CLI names → ``annotation canary.dev/regime`` …): these
+    reasons reach ``kubectl describe pod``, where a CLI option means nothing."""
+    if isinstance(exc, InputError) and (exc.file is not None or (fields and exc.field in fields)):
+        field = (fields or {}).get(exc.field or "", exc.field)
+        return f"field '{field}': {exc.problem}" if field else exc.problem
     return str(exc)
 
 
@@ -215,12 +218,18 @@ def decide_node(svc: Service, pod: Pod, node: str, now: dt.datetime) -> NodeVerd
     notes = pod.metadata.annotations or {}
     ref = notes[cfg.extender_profile_annotation]
     regime = notes.get(cfg.extender_regime_annotation)
+    policy_name = notes.get(cfg.extender_policy_annotation)
+    regime_field = f"annotation {cfg.extender_regime_annotation}"
+    # the core names these inputs as the CLI does; here they come from the pod's annotations
+    fields = {"--regime": regime_field, "regime": regime_field,
+              "--policy": f"annotation {cfg.extender_policy_annotation}" if policy_name else "default_policy"}
     try:
         candidate = _profile(ref, f"annotation {cfg.extender_profile_annotation}", svc.registry_get)
-        policy = load_policy(notes.get(cfg.extender_policy_annotation) or cfg.default_policy)
+        parsed = None if regime is None else parse_regime(regime, field=regime_field)
+        policy = load_policy(policy_name or cfg.default_policy)
         devices = node_devices(svc, node, policy)
     except CanaryError as exc:
-        return NodeVerdict(node, False, f"unknown: {_problem(exc)}", 0)
+        return NodeVerdict(node, False, f"unknown: {_problem(exc, fields)}", 0)
     if not devices:
         allow = cfg.extender_unknown == "admit"
         return NodeVerdict(node, allow, f"unknown: canary has no snapshot of node {node}'s devices "
@@ -235,11 +244,11 @@ def decide_node(svc: Service, pod: Pod, node: str, now: dt.datetime) -> NodeVerd
                 raise named.error
             device = named.device
             assert device is not None  # a NodeDevice holds a device or an error
-            req = build_request(device, candidate, policy, regime=regime)
+            req = build_request(device, candidate, policy, regime=parsed, regime_field=regime_field)
             cert, keys = decide_device(req, access, now, stage1=svc.stage1)
         except CanaryError as exc:
             any_unknown = True
-            reasons.append(f"{named.label}: unknown: {_problem(exc)}")
+            reasons.append(f"{named.label}: unknown: {_problem(exc, fields)}")
             continue
         if cert.verdict == "admit":
             bound = policy.budget_for(candidate.workload_class).max_resident_slowdown_pct

@@ -88,3 +88,25 @@ def test_unregistered_profile_is_unknown_everywhere(api: Api) -> None:
         r = c.post("/v1/extender/filter", json=_args("nodenames", "never-registered@0")).json()
     assert r["nodenames"] == []
     assert all(reason.startswith("unknown") and "never-registered@0" in reason for reason in r["failedNodes"].values())
+
+
+@pytest.mark.parametrize(("annotations", "want"), [
+    pytest.param({"canary.dev/regime": "mps:300"}, "field 'annotation canary.dev/regime': ", id="regime-out-of-range"),
+    pytest.param({"canary.dev/regime": "bogus"}, "field 'annotation canary.dev/regime': unknown regime 'bogus'",
+                 id="regime-unknown"),
+    pytest.param({"canary.dev/policy": "nope"}, "field 'annotation canary.dev/policy': no policy named 'nope'",
+                 id="policy"),
+])
+def test_filter_names_a_bad_annotation_not_a_cli_option(api: Api, annotations: dict[str, str], want: str) -> None:
+    """These reasons reach ``kubectl describe pod``: they name the pod's annotation, never ``--regime``."""
+    ref = _put(api, profile_doc(version=f"1.8.0-{uuid.uuid4().hex[:6]}"))
+    args = _args("nodenames", ref)
+    args["pod"]["metadata"]["annotations"] |= annotations
+    with api.client("fit") as c:
+        r = c.post("/v1/extender/filter", json=args)
+    assert r.status_code == 200, r.text
+    failed = r.json()["failedNodes"]
+    configured = {"gpu-node-a", "gpu-node-b", "gpu-node-idle"}
+    assert configured <= set(failed), failed
+    for node in configured:
+        assert want in failed[node] and "--" not in failed[node], failed[node]
