@@ -89,11 +89,12 @@ def _print_report(report: Any, *, drift: bool) -> None:
         headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
     sys.stdout.write(table(headers, rows) + "\n")
     for p in report.pairs:  # why a pair failed, or what an earlier node of the run recorded
-        if p.status in ("error", "done-in-run", "failed-in-run", "leased"):
+        if p.status in ("error", "done-in-run", "failed-in-run", "leased", "out-of-scope"):
             sys.stdout.write(f"{p.index + 1}: {p.status}: {p.detail}\n")
     counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "predicted", "queued", "fresh", "no-probe-needed",
                                                            "does-not-fit", "unknown-fit",
-                                                           "done-in-run", "failed-in-run", "leased", "skipped-budget",
+                                                           "done-in-run", "failed-in-run", "leased", "out-of-scope",
+                                                           "skipped-budget",
                                                            "error")
                        if report.count(s)) or "no pairs"
     sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"
@@ -269,7 +270,8 @@ def run_revalidate(args: argparse.Namespace) -> int:
         return 0
 
     async def go() -> WarmReport:
-        return await warm_async(plan, db_url=args.db, seed=args.seed, driver=args.driver, progress=_progress)
+        return await warm_async(plan, db_url=args.db, seed=args.seed, driver=args.driver, device_type=device_type,
+                                progress=_progress)
 
     report = anyio.run(go)
     report.stale_marked = stale

@@ -28,6 +28,7 @@ from canary.jobs.plan import PlannedPair, WarmPlan, probe_order
 
 PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error",
                      "no-probe-needed",  # stage 1 or the policy decided without evidence (e.g. a MIG slice)
+                     "out-of-scope",  # revalidate --device-type: the pair runs on another device type
                      "predicted",  # decided by a calibrated prediction the pair's policy trusts; no probe
                      "queued",  # handed to the node agent that owns the device (warm --from-history)
                      "leased",  # fleet: another process holds the pair's lease; not answered yet
@@ -153,14 +154,22 @@ def classify_certificate(index: int, label: str, cert: Any) -> PairOutcome:
     return PairOutcome(index, label, "no-probe-needed", cert.reason, outcome=cert.verdict)
 
 
-def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None) -> PairOutcome | None:
+def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None,
+            device_type: str | None = None) -> PairOutcome | None:
     """What the pair gets without a probe, read from stage 1 and the store before the budget is
-    spent on probes: does not fit, fresh evidence, nothing to probe, or its device cannot be reached
-    (``error``). ``None``: the pair needs a probe."""
+    spent on probes: does not fit, fresh evidence, nothing to probe, its device cannot be reached
+    (``error``), or (``device_type``) it runs on another device type than the one being revalidated.
+    ``None``: the pair needs a probe."""
     from canary.admission import EvidenceAccess, make_certificate
 
     try:
-        req = _with_driver(load_pair(pair), driver)
+        req = load_pair(pair)
+        if device_type is not None and req.spec.name != device_type:
+            return PairOutcome(index, _label(req), "out-of-scope",
+                               f"runs on {req.spec.name}, not {device_type}: not re-probed"
+                               + (f" under driver {driver}" if driver else "")
+                               + " (its evidence was not marked stale either)")
+        req = _with_driver(req, driver)
         now = _utcnow()
         settlement = EvidenceAccess.over(engine).read_and_settle(req, now)
     except Exception as exc:  # one failed pair is reported, the job goes on
@@ -316,7 +325,10 @@ def _utcnow() -> dt.datetime:
 
 
 async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, driver: str | None = None,
+                     device_type: str | None = None,
                      progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
+    """Warm the plan's pairs. ``driver``: probe simulated devices as if they ran it (revalidate);
+    ``device_type``: only pairs on that device type are probed, the others are ``out-of-scope``."""
     import anyio
 
     engine = open_store_for_writing(db_url)
@@ -340,7 +352,7 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
     # time, so a budget that runs out never leaves a fresh pair reported as missing.
     to_probe: list[int] = []
     for i, pair in enumerate(plan.pairs):
-        answered = _triage(i, pair, engine=engine, driver=driver)
+        answered = _triage(i, pair, engine=engine, driver=driver, device_type=device_type)
         if answered is None:
             to_probe.append(i)
             continue
@@ -406,7 +418,7 @@ def attach_old_evidence(report: WarmReport, plan: WarmPlan, db_url: str | None, 
     updated = []
     with session_scope(engine, read_only=True) as session:
         for outcome in report.pairs:
-            if outcome.status == "error":  # its device could not be reached: reported as it failed
+            if outcome.status in ("error", "out-of-scope"):  # not probed now: nothing to compare
                 updated.append(outcome)
                 continue
             pair = plan.pairs[outcome.index]

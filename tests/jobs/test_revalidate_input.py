@@ -66,3 +66,25 @@ def test_the_suggested_command_runs(tmp_path: Path, capsys: pytest.CaptureFixtur
     rerun = run_in_process(argv[1:], capsys=capsys, monkeypatch=monkeypatch, env=env)
     assert rerun.returncode == 0, rerun.stderr
     assert "probed 1" in rerun.stdout
+
+
+def test_device_type_scope_limits_the_plans_reprobes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    env = cli_env(tmp_path)
+    pair = {"candidate": str(PROFILES / "embedding-service.yaml"), "residents": [str(PROFILES / "resnet50-training.yaml")]}
+    plan = tmp_path / "two.json"
+    plan.write_text(json.dumps({"name": "two", "budget_s": 120, "pairs": [
+        {"device": "h100", **pair}, {"device": "a100-80gb", **pair}]}))
+    assert run_in_process(["warm", str(plan)], capsys=capsys, monkeypatch=monkeypatch, env=env).returncode == 0
+    out = run_in_process(["revalidate", "--driver", "590.10.02", "--device-type", "h100", "--plan", str(plan),
+                          "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["stale_marked"] == 1
+    assert [p["status"] for p in doc["pairs"]] == ["probed", "out-of-scope"]
+    assert "a100-80gb, not h100-sxm" in doc["pairs"][1]["detail"]
+    listed = run_in_process(["evidence", "list", "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
+    drivers = sorted((r["key"]["device_type"], r["driver_version"], r["status"]) for r in json.loads(listed.stdout))
+    # the a100's evidence is neither stale nor joined by evidence under a driver it does not run
+    assert drivers == [("a100-80gb", "simulator-1", "current"), ("h100-sxm", "590.10.02", "current"),
+                       ("h100-sxm", "simulator-1", "stale")]
