@@ -419,14 +419,33 @@ def run_expire(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
+    """Revoke one record. A record already revoked is left as it is — its first reason stays — and
+    the command says so and exits 0 (the record is revoked, as asked); the store keeps no time of a
+    revocation, so none is shown."""
+    from canary.errors import InputError
     from evidence_store.cli_support import resolve_evidence_id, store
     from evidence_store.database import session_scope
     from evidence_store.evidence import revoke
+    from evidence_store.models import Evidence
 
+    why = args.why.strip()
+    if not why:
+        raise InputError("a revocation needs a reason", field="--why")
     with store(args.db) as engine, session_scope(engine) as session:
         full_id = resolve_evidence_id(session, args.id)
-        revoke(session, full_id, args.why)
-    sys.stdout.write(f"revoked {full_id}\n")
+        row = session.get(Evidence, full_id)
+        already = row is not None and row.status == "revoked"
+        earlier = row.revoked_reason if row is not None else None
+        if not already:
+            revoke(session, full_id, why)
+    if not already:
+        sys.stdout.write(f"revoked {full_id}\n")
+        return EXIT_ADMIT
+    said = f" (why: {earlier!r})" if earlier else " (no reason recorded)"
+    text = f"{full_id} was already revoked{said}; nothing changed"
+    if why != (earlier or ""):
+        text += f": the reason given now ({why!r}) is not recorded"
+    sys.stdout.write(text + "\n")
     return EXIT_ADMIT
 
 
