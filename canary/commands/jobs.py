@@ -89,11 +89,11 @@ def _print_report(report: Any, *, drift: bool) -> None:
         headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
     sys.stdout.write(table(headers, rows) + "\n")
     for p in report.pairs:  # why a pair failed, or what an earlier node of the run recorded
-        if p.status in ("error", "done-in-run", "failed-in-run", "leased", "out-of-scope"):
+        if p.status in ("error", "done-in-run", "failed-in-run", "leased", "out-of-scope", "duplicate"):
             sys.stdout.write(f"{p.index + 1}: {p.status}: {p.detail}\n")
     counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "predicted", "queued", "fresh", "no-probe-needed",
                                                            "does-not-fit", "unknown-fit",
-                                                           "done-in-run", "failed-in-run", "leased", "out-of-scope",
+                                                           "done-in-run", "failed-in-run", "leased", "out-of-scope", "duplicate",
                                                            "skipped-budget",
                                                            "error")
                        if report.count(s)) or "no pairs"

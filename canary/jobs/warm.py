@@ -29,6 +29,7 @@ from canary.jobs.plan import PlannedPair, WarmPlan, probe_order
 PairStatus = Literal["probed", "fresh", "does-not-fit", "unknown-fit", "skipped-budget", "error",
                      "no-probe-needed",  # stage 1 or the policy decided without evidence (e.g. a MIG slice)
                      "out-of-scope",  # revalidate --device-type: the pair runs on another device type
+                     "duplicate",  # the same pair as an earlier one of the plan (answered there)
                      "predicted",  # decided by a calibrated prediction the pair's policy trusts; no probe
                      "queued",  # handed to the node agent that owns the device (warm --from-history)
                      "leased",  # fleet: another process holds the pair's lease; not answered yet
@@ -152,6 +153,18 @@ def classify_certificate(index: int, label: str, cert: Any) -> PairOutcome:
     # Stage 1 or the policy decided without evidence (a hard-isolated MIG slice, no resident to
     # disturb, a resident without a profile no probe could measure): nothing to probe, nothing fresh.
     return PairOutcome(index, label, "no-probe-needed", cert.reason, outcome=cert.verdict)
+
+
+def _identity(pair: PlannedPair) -> tuple[Any, ...] | None:
+    """What makes two planned pairs the same pair once names are resolved (a device's catalog alias,
+    the regime it follows): its label first, then the device, the files and the policy. ``None`` when
+    the pair cannot be loaded (it is reported as it fails)."""
+    try:
+        req = load_pair(pair)
+    except Exception:  # reported by _triage, with the reason
+        return None
+    device = req.spec.name if req.device.kind == "catalog" else req.device.ref
+    return (_label(req), req.device.kind, device, pair.candidate, tuple(sorted(pair.residents)), pair.policy)
 
 
 def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None,
@@ -351,8 +364,17 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
     # Pairs that need no probe are answered first, from stage 1 and the store: they cost no probe
     # time, so a budget that runs out never leaves a fresh pair reported as missing.
     to_probe: list[int] = []
+    first_of: dict[tuple[Any, ...], int] = {}
     for i, pair in enumerate(plan.pairs):
-        answered = _triage(i, pair, engine=engine, driver=driver, device_type=device_type)
+        identity = _identity(pair)
+        if identity is not None and identity in first_of:
+            # the same pair again (h100 and h100-sxm are one device): probed once, not twice at once
+            answered: PairOutcome | None = PairOutcome(
+                i, identity[0], "duplicate", f"the same pair as pair {first_of[identity] + 1}: answered there")
+        else:
+            if identity is not None:
+                first_of[identity] = i
+            answered = _triage(i, pair, engine=engine, driver=driver, device_type=device_type)
         if answered is None:
             to_probe.append(i)
             continue

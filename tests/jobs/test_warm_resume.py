@@ -60,3 +60,20 @@ def test_a_pair_stage_1_decides_alone_is_not_called_fresh(
     [pair] = json.loads(out.stdout)["pairs"]
     assert (pair["status"], pair["outcome"]) == ("no-probe-needed", "admit")
     assert "MIG instance" in pair["detail"]
+
+
+def test_a_pair_listed_twice_is_probed_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``h100`` and ``h100-sxm`` are one device: the three entries are one pair, probed once."""
+    pair = {"candidate": str(PROFILES / "embedding-service.yaml"), "residents": [str(PROFILES / "resnet50-training.yaml")]}
+    plan = tmp_path / "dup.json"
+    plan.write_text(json.dumps({"name": "dup", "budget_s": 120, "concurrency": 2, "pairs": [
+        {"device": "h100", **pair}, {"device": "h100-sxm", **pair}, {"device": "h100", "regime": "timeslice", **pair}]}))
+    env = cli_env(tmp_path)
+    out = run_in_process(["warm", str(plan), "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
+    assert out.returncode == 0, out.stderr
+    pairs = json.loads(out.stdout)["pairs"]
+    assert [p["status"] for p in pairs] == ["probed", "duplicate", "duplicate"]
+    assert all(p["detail"].startswith("the same pair as pair 1") for p in pairs[1:])
+    listed = run_in_process(["evidence", "list", "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
+    assert len(json.loads(listed.stdout)) == 1
