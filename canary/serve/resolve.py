@@ -172,6 +172,26 @@ def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
     return ResolvedDevice(snapshot=snap, spec=spec, ref=ref, kind="published")
 
 
+def booking_device_id(value: str, registry: RegistryGet, *, policy: Policy,
+                      published: PublishedGet | None = None) -> str:
+    """The device id bookings on the DEVICE a decision body names are made against (a catalog name or
+    alias, a snapshot ``name@version``, ``agent:NODE/NAME``): ``Request.device_id`` of a request
+    resolved from it, so ``h100`` finds the bookings held under ``sim:h100-sxm``. ``InputError``
+    (field ``device``) when it names no device."""
+    from types import SimpleNamespace
+
+    if value.startswith("agent:") and published is not None:
+        from canary.fleetwork.published import published_device
+
+        device = published_device(value, published, policy)
+    else:
+        device = _device(value, registry)
+    # Request.device_id reads only the device: its own rule is applied, not a copy of it
+    device_id = Request.device_id.fget(SimpleNamespace(device=device, snapshot=device.snapshot,  # type: ignore[attr-defined]
+                                                       spec=device.spec))
+    return str(device_id)
+
+
 def cached_policy(name: str) -> Policy:
     """``load_policy(name)``, parsed once per file version (policies are read on every decision)."""
     from canary.policy import POLICY_DIR

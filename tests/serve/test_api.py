@@ -129,6 +129,39 @@ def test_evidence_revoke_and_feedback(api: Api) -> None:
         assert c.get("/v1/evidence/not-an-id").status_code == 404
 
 
+def test_evidence_pair_and_id_as_the_cli_takes_them(api: Api, tmp_path: Any) -> None:
+    """``?pair=`` takes what ``canary evidence list --pair`` takes (names, name@version, versions) and
+    finds the same records; a malformed one is a 422 naming ``query.pair``; an id prefix (the tables
+    print 8 characters) names its record for show and revoke."""
+    from tests.conftest import cli_env
+
+    candidate = _unique_candidate()
+    body = {"device": snapshot_doc(), "candidate": candidate, "reserve": False}
+    with api.client("admin") as c:
+        status = _probe_to_end(c, c.post("/v1/admissions", json=body).headers["location"])
+        evidence_id = status["certificate"]["evidence"]["ids"][0]
+        resident = status["certificate"]["residents"][0]
+        for pair in (f"{resident['name']}:{candidate['name']}@{candidate['version']}",
+                     f"{resident['workload_version']}:{candidate['version']}"):
+            listed = c.get("/v1/evidence", params={"pair": pair})
+            assert listed.status_code == 200, listed.text
+            assert [e["id"] for e in listed.json()] == [evidence_id], pair
+            cli = subprocess.run([*canary_cmd(), "--db", api.db_url, "evidence", "list", "--pair", pair, "--json"],
+                                 capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+            assert cli.returncode == 0, cli.stderr
+            assert [e["id"] for e in json.loads(cli.stdout)] == [evidence_id], pair
+        for bad in (resident["name"], f":{candidate['name']}", f"{resident['name']}:"):
+            refused = c.get("/v1/evidence", params={"pair": bad})
+            assert refused.status_code == 422, (bad, refused.text)
+            assert refused.json()["detail"].startswith("field 'query.pair': "), refused.text
+        shown = c.get(f"/v1/evidence/{evidence_id[:8]}")
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["evidence"]["id"] == evidence_id
+        assert c.get("/v1/evidence/zzzzzzzz").status_code == 404
+        revoked = c.post(f"/v1/evidence/{evidence_id[:8]}/revoke", json={"reason": "bad sensor"})
+        assert revoked.status_code == 200 and revoked.json()["id"] == evidence_id
+
+
 def test_production_feedback_outweighs_a_pass(api: Api) -> None:
     body = {"device": snapshot_doc(), "candidate": _unique_candidate(), "reserve": False}
     with api.client("admin") as c:
@@ -157,6 +190,30 @@ def test_reservations_list_and_release(api: Api) -> None:
         assert c.delete(f"/v1/reservations/{booking['id']}").status_code == 200
         assert c.get("/v1/reservations", params={"device": device["uuid"]}).json() == []
         assert c.delete("/v1/reservations/no-such-id").status_code == 404
+
+
+def test_reservations_by_the_device_name_decisions_take(api: Api) -> None:
+    """``?device=`` takes a DEVICE as decisions do (``h100`` books under ``sim:h100-sxm``) or a stored
+    device id; a name that is neither is a 422 naming ``query.device``, never an empty list."""
+    with api.client("admit") as c:
+        cert = c.post("/v1/admissions", json={"device": "h100", "candidate": _unique_candidate()}).json()
+        assert cert["verdict"] == "admit", cert
+        booking = cert["resource_reservations"][0]["id"]
+        listed = {}
+        for device in ("h100", "h100-sxm", "sim:h100-sxm"):
+            r = c.get("/v1/reservations", params={"device": device})
+            assert r.status_code == 200, r.text
+            listed[device] = [row["id"] for row in r.json()]
+            assert booking in listed[device] and {row["device_id"] for row in r.json()} == {"sim:h100-sxm"}
+        assert listed["h100"] == listed["h100-sxm"] == listed["sim:h100-sxm"]
+        for unknown, want in (("h100x", "unknown device 'h100x'; closest: h100-sxm"),
+                              ("agent:gpu-node-z/gpu0", "no node agent publishes")):
+            refused = c.get("/v1/reservations", params={"device": unknown})
+            assert refused.status_code == 422, refused.text
+            detail = refused.json()["detail"]
+            assert detail.startswith("field 'query.device': ") and want in detail, detail
+        assert c.get("/v1/reservations", params={"device": f"GPU-{uuid.uuid4()}"}).json() == []
+        assert c.delete(f"/v1/reservations/{booking}").status_code == 200
 
 
 def test_registry_by_reference(api: Api) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from sqlalchemy.orm import Session
 
 from canary.admission import utcnow
+from canary.errors import InputError
 from canary.serve import schemas as S
 from canary.serve.auth import HttpProblem
 from canary.serve.deps import ERRORS, PROBLEM, Svc, require
@@ -16,31 +17,71 @@ from canary.serve.deps import ERRORS, PROBLEM, Svc, require
 router = APIRouter(tags=["evidence"])
 
 
+PAIR_DOC = ("RESIDENT:CANDIDATE, as `canary evidence list --pair`: each side a workload name (llm-decode), "
+            "name@version, or a version (full or as tables show it); e.g. resnet50-training:llm-decode")
+
+
+def _evidence_id(s: Session, given: str) -> str | None:
+    """The full id of the record ``given`` names (an id or a unique prefix, as ``canary evidence show``
+    takes); ``None`` when none does; an ambiguous prefix is a 422 naming the path parameter."""
+    from evidence_store.cli_support import resolve_evidence_id
+
+    try:
+        return resolve_evidence_id(s, given)
+    except InputError as exc:
+        if "several" in exc.problem:
+            raise HttpProblem(422, f"field 'path.evidence_id': {exc.problem}") from None
+        return None
+
+
 @router.get("/v1/evidence", dependencies=[Depends(require("read"))], responses=ERRORS)
 async def list_evidence(
     svc: Svc,
-    pair: Annotated[str | None, Query(max_length=500, description="RESIDENT_VERSION:CANDIDATE_VERSION")] = None,
+    pair: Annotated[str | None, Query(max_length=500, description=PAIR_DOC)] = None,
     device_type: Annotated[str | None, Query(max_length=100)] = None,
     status: Annotated[str | None, Query(pattern="^(current|stale|revoked)$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[dict[str, Any]]:
-    """Evidence records, newest first."""
+    """Evidence records, newest first. `pair` matches as `canary evidence list --pair` does; one that is
+    not RESIDENT:CANDIDATE is a 422 naming `query.pair`."""
+    from evidence_store.cli_support import (
+        check_pair_filter,
+        list_evidence_for_pairs,
+        pair_names,
+        pairs_matching,
+    )
     from evidence_store.evidence import list_evidence as repo_list
 
-    rows = await anyio.to_thread.run_sync(lambda: svc.db("evidence_list", lambda s: repo_list(
-        s, pair=pair, device_type=device_type, status=status, limit=limit), read_only=True))  # type: ignore[arg-type]
+    if pair is not None:
+        try:
+            check_pair_filter(pair)
+        except InputError as exc:
+            raise HttpProblem(422, f"field 'query.pair': {exc.problem}") from None
+
+    def work(s: Session) -> Any:
+        if pair is None:
+            return repo_list(s, device_type=device_type, status=status, limit=limit)  # type: ignore[arg-type]
+        return list_evidence_for_pairs(s, pairs_matching(pair, pair_names(s)), device_type=device_type,
+                                       status=status, limit=limit)
+
+    rows = await anyio.to_thread.run_sync(lambda: svc.db("evidence_list", work, read_only=True))
     return [r.model_dump(mode="json") for r in rows]
 
 
 @router.get("/v1/evidence/{evidence_id}", dependencies=[Depends(require("read"))],
             responses={404: PROBLEM, **ERRORS})
-async def show_evidence(evidence_id: str, svc: Svc) -> dict[str, Any]:
+async def show_evidence(
+    evidence_id: Annotated[str, Path(max_length=200, description="an evidence id or a unique prefix of one "
+                                     "(the tables print 8 characters)")],
+    svc: Svc,
+) -> dict[str, Any]:
     """One record and the history of its pair key (newest first)."""
     from evidence_store.evidence import get_evidence, history
 
     def work(s: Session) -> Any:
-        rec = get_evidence(s, evidence_id)
-        return None if rec is None else (rec, history(s, evidence_id))
+        full_id = _evidence_id(s, evidence_id)
+        rec = None if full_id is None else get_evidence(s, full_id)
+        return None if rec is None or full_id is None else (rec, history(s, full_id))
 
     found = await anyio.to_thread.run_sync(lambda: svc.db("evidence_show", work, read_only=True))
     if found is None:
@@ -51,15 +92,19 @@ async def show_evidence(evidence_id: str, svc: Svc) -> dict[str, Any]:
 
 @router.post("/v1/evidence/{evidence_id}/revoke", dependencies=[Depends(require("admin"))],
              responses={404: PROBLEM, **ERRORS})
-async def revoke_evidence(evidence_id: str, body: S.RevokeRequest, svc: Svc) -> dict[str, Any]:
+async def revoke_evidence(
+    evidence_id: Annotated[str, Path(max_length=200, description="an evidence id or a unique prefix of one")],
+    body: S.RevokeRequest, svc: Svc,
+) -> dict[str, Any]:
     """Revoke one record with a reason (append-only: it stays, marked revoked)."""
     from evidence_store.evidence import get_evidence, revoke
 
     def work(s: Session) -> Any:
-        if get_evidence(s, evidence_id) is None:
+        full_id = _evidence_id(s, evidence_id)
+        if full_id is None or get_evidence(s, full_id) is None:
             return None
-        revoke(s, evidence_id, body.reason)
-        return get_evidence(s, evidence_id)
+        revoke(s, full_id, body.reason)
+        return get_evidence(s, full_id)
 
     rec = await anyio.to_thread.run_sync(lambda: svc.db("evidence_revoke", work))
     if rec is None:

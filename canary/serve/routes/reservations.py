@@ -2,30 +2,65 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Query
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from canary.admission import utcnow
+from canary.errors import InputError
 from canary.serve.auth import HttpProblem
 from canary.serve.deps import ERRORS, PROBLEM, Svc, require
+from canary.serve.resolve import booking_device_id, cached_policy
 
 router = APIRouter(tags=["reservations"])
 
 
+#: Prefixes of the device ids bookings are made against (``Request.device_id``) that no DEVICE has.
+_STORED_ID_PREFIXES = ("sim:", "file:", "snapshot:")
+#: Ending in a device UUID (``GPU-…``, ``MIG-…`` or a bare one): what bookings on a live device are made against.
+_DEVICE_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+DEVICE_DOC = ("a device as decisions name it — a catalog name or alias (h100), a snapshot name@version, "
+              "agent:NODE/NAME — or the device id bookings are stored under (sim:h100-sxm, snapshot:…, a GPU "
+              "UUID, with /mig:… for a MIG instance); a name that is neither is a 422")
+
+
+def _device_id(s: Session, svc: Svc, given: str) -> str:
+    """The device id ``given`` names: itself when bookings are held under it or it has a stored id's
+    form, else the id decisions book the DEVICE it names under (422 naming ``query.device`` for none)."""
+    from evidence_store.models import Reservation
+    from evidence_store.reservations import MIG_INSTANCE_SEPARATOR
+
+    if given.startswith(_STORED_ID_PREFIXES) or MIG_INSTANCE_SEPARATOR in given or _DEVICE_UUID.search(given):
+        return given
+    if s.scalar(select(Reservation.id).where(Reservation.device_id == given).limit(1)) is not None:
+        return given  # another form of device id bookings are held under
+    try:
+        return booking_device_id(given, svc.registry_get, policy=cached_policy(svc.config.default_policy),
+                                 published=svc.published_get)
+    except InputError as exc:
+        raise HttpProblem(422, f"field 'query.device': {exc.problem}; nor is it the device id of a booking") from None
+
+
 @router.get("/v1/reservations", dependencies=[Depends(require("read"))], responses=ERRORS)
 async def list_reservations(
-    svc: Svc, device: Annotated[str | None, Query(max_length=200)] = None,
+    svc: Svc, device: Annotated[str | None, Query(max_length=200, description=DEVICE_DOC)] = None,
     all: Annotated[bool, Query(description="include released and expired bookings")] = False,
 ) -> list[dict[str, Any]]:
     """Bookings, by device then age."""
     from evidence_store.reservations import list_reservations as repo_list
 
     now = utcnow()
-    rows = await anyio.to_thread.run_sync(lambda: svc.db("reservations_list", lambda s: repo_list(
-        s, now=now, device_id=device, include_inactive=all), read_only=True))
+
+    def work(s: Session) -> Any:
+        device_id = None if device is None else _device_id(s, svc, device)
+        return repo_list(s, now=now, device_id=device_id, include_inactive=all)
+
+    rows = await anyio.to_thread.run_sync(lambda: svc.db("reservations_list", work, read_only=True))
     return [r.model_dump(mode="json") | {"active": r.active_at(now)} for r in rows]
 
 
