@@ -75,14 +75,26 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:+.1f}%"
 
 
+#: What a probe (and the evidence it records) concludes; anything else in a report's outcome is the
+#: verdict an admission would give (admit, reject, unknown) from evidence, stage 1 or a prediction.
+PROBE_OUTCOMES = ("safe", "unsafe", "inconclusive", "aborted")
+
+
+def _outcome(value: str | None) -> str:
+    """The table's outcome cell says which vocabulary it is in: ``probe safe`` or ``verdict admit``."""
+    if value is None:
+        return "–"
+    return f"probe {value}" if value in PROBE_OUTCOMES else f"verdict {value}"
+
+
 def _print_report(report: Any, *, drift: bool) -> None:
     from canary.tables import table
 
     rows = []
     for p in report.pairs:
-        row = [str(p.index + 1), p.status, p.label, p.outcome or "–", _pct(p.slowdown_pct)]
+        row = [str(p.index + 1), p.status, p.label, _outcome(p.outcome), _pct(p.slowdown_pct)]
         if drift:
-            row[3:3] = [p.old_driver or "–", p.old_outcome or "–", _pct(p.old_slowdown_pct)]
+            row[3:3] = [p.old_driver or "–", _outcome(p.old_outcome), _pct(p.old_slowdown_pct)]
         rows.append(row)
     headers = ["#", "status", "pair", "outcome", "slowdown"]
     if drift:
@@ -171,7 +183,15 @@ def run_warm(args: argparse.Namespace) -> int:
     updates = {k: v for k, v in (("budget_s", args.budget_s), ("concurrency", args.concurrency)) if v is not None}
     if updates:
         from canary._model import validate_document
+        from canary.errors import InputError, UsageError
 
+        # the plan itself is valid: an override it refuses is the option's fault, and named as such
+        for key, option in (("budget_s", "--budget-s"), ("concurrency", "--concurrency")):
+            if key in updates:
+                try:
+                    validate_document(type(plan), {**plan.model_dump(mode="json"), key: updates[key]}, file=args.plan)
+                except InputError as exc:
+                    raise UsageError(f"overrides the plan's {key}: {exc.problem}", field=option) from None
         plan = validate_document(type(plan), {**plan.model_dump(mode="json"), **updates}, file=args.plan)
     if args.run_id is not None and not args.run_id.strip():
         from canary.errors import UsageError
@@ -205,8 +225,8 @@ def check_plan(plan: Any, plan_file: str) -> None:
     for index, pair in enumerate(plan.pairs):
         try:
             load_pair(pair, check_probe=True)
-        except InputError as exc:
-            raise InputError(f"pair {index + 1}: {exc}", file=plan_file) from None
+        except InputError as exc:  # named as the plan's own field errors name it (pairs[0] is the first)
+            raise InputError(f"pair {index + 1} of the plan: {exc}", file=plan_file, field=f"pairs[{index}]") from None
         except OperationalError:
             continue
 

@@ -114,3 +114,29 @@ def test_revalidate_reports_an_unreachable_device_and_the_other_pairs(
     assert "probed 1, does-not-fit 1, error 1" in out.stdout and "1 record(s) marked stale" in out.stdout
     row = next(line for line in out.stdout.splitlines() if line.startswith("2 "))
     assert "simulator-1" in row  # the old driver's evidence beside the new probe
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    pytest.param(["--budget-s", "nan"], "--budget-s", id="budget-nan"),
+    pytest.param(["--budget-s", "-1"], "--budget-s", id="budget-negative"),
+    pytest.param(["--concurrency", "0"], "--concurrency", id="concurrency-zero"),
+])
+def test_a_bad_override_names_the_option_not_the_plan(
+        tmp_path: Path, args: list[str], field: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    out = run_in_process(["warm", PLAN, *args], capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
+    assert out.returncode == 2, out.stderr
+    assert f"field '{field}'" in out.stderr and "nightly-h100.yaml" not in out.stderr
+    assert not (tmp_path / "evidence.sqlite3").exists()
+
+
+def test_a_bad_pair_is_named_as_the_plans_field_errors_name_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    good = {"device": "h100", "candidate": str(PROFILES / "embedding-service.yaml")}
+    missing_file = _plan(tmp_path, good, {"device": "h100", "candidate": "nope.yaml"}, name="file")
+    missing_field = _plan(tmp_path, good, {"device": "h100"}, name="field")
+    env = cli_env(tmp_path)
+    by_file = run_in_process(["warm", missing_file], capsys=capsys, monkeypatch=monkeypatch, env=env)
+    by_field = run_in_process(["warm", missing_field], capsys=capsys, monkeypatch=monkeypatch, env=env)
+    assert by_file.returncode == by_field.returncode == 2
+    assert "field 'pairs[1]'" in by_file.stderr and "field 'pairs[1].candidate'" in by_field.stderr

@@ -60,6 +60,8 @@ def test_a_pair_stage_1_decides_alone_is_not_called_fresh(
     [pair] = json.loads(out.stdout)["pairs"]
     assert (pair["status"], pair["outcome"]) == ("no-probe-needed", "admit")
     assert "MIG instance" in pair["detail"]
+    table = run_in_process(["warm", str(plan)], capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
+    assert "verdict admit" in table.stdout  # the table says which vocabulary an outcome is in
 
 
 def test_a_pair_listed_twice_is_probed_once(
@@ -74,6 +76,7 @@ def test_a_pair_listed_twice_is_probed_once(
     assert out.returncode == 0, out.stderr
     pairs = json.loads(out.stdout)["pairs"]
     assert [p["status"] for p in pairs] == ["probed", "duplicate", "duplicate"]
+    assert pairs[0]["outcome"] in ("safe", "unsafe", "inconclusive")
     assert all(p["detail"].startswith("the same pair as pair 1") for p in pairs[1:])
     listed = run_in_process(["evidence", "list", "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
     assert len(json.loads(listed.stdout)) == 1
