@@ -404,14 +404,23 @@ def _size_pattern() -> str:
     return rf"^\s*[0-9]*\.?[0-9]+\s*(?:{spelled})?\s*$"
 
 
-def size_json_schema() -> dict[str, Any]:
+def size_json_schema(*, least_nonzero: int | None = None) -> dict[str, Any]:
     """What a size field (``canary.units.Bytes``) accepts in a document: a whole number of bytes, or a
-    number with a unit."""
+    number with a unit. With ``least_nonzero``, a number of bytes is 0 or at least that many (the
+    loader refuses smaller sizes written with a unit too, which a pattern cannot say)."""
     from canary.units import MAX_BYTES
 
+    integer: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_BYTES, "description": "bytes"}
+    if least_nonzero is not None:
+        integer = {
+            "type": "integer",
+            "maximum": MAX_BYTES,
+            "anyOf": [{"const": 0}, {"minimum": least_nonzero}],
+            "description": f"bytes: 0, or at least {least_nonzero} (a smaller size is a unit left off)",
+        }
     return {
         "anyOf": [
-            {"type": "integer", "minimum": 0, "maximum": MAX_BYTES, "description": "bytes"},
+            integer,
             {
                 "type": "string",
                 "pattern": _size_pattern(),
@@ -434,8 +443,12 @@ def document_json_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     class DocumentJsonSchema(GenerateJsonSchema):
         def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema) -> JsonSchemaValue:
-            if schema["function"]["function"] is parse_bytes:
+            function = schema["function"]["function"]
+            if function is parse_bytes:
                 return size_json_schema()
+            least = getattr(function, "least_nonzero_bytes", None)
+            if isinstance(least, int):  # a size that is 0 or at least ``least`` (a workload's GPU memory)
+                return size_json_schema(least_nonzero=least)
             return super().function_before_schema(schema)
 
     schema = model.model_json_schema(mode="validation", schema_generator=DocumentJsonSchema)

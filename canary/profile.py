@@ -7,16 +7,63 @@ certificate can say how far to trust them. ``None`` always means *unknown*, neve
 
 import datetime as dt
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from canary._model import Model, load_document
-from canary.units import Bytes
+from canary.units import Bytes, parse_bytes
 
 WorkloadClass = Literal["online-inference", "batch", "training"]
 NumberSource = Literal["declared", "cubin", "profiled", "observed", "catalog", "simulated", "policy"]
 Fraction = float
+
+#: The least GPU memory a workload's memory field may hold when not 0: a CUDA or ROCm context alone
+#: takes hundreds of MiB, so a value under 1 MiB is a size written without its unit (``5`` for ``5Gi``).
+MIN_WORKLOAD_MEMORY_BYTES = 1024**2
+
+
+def _plausible_workload_memory(value: Any, info: ValidationInfo) -> Any:
+    """Refuse a document's non-zero GPU memory size under ``MIN_WORKLOAD_MEMORY_BYTES`` (the unit left
+    off); pass anything else on to ``parse_bytes``, which reads it (or says what is wrong with it).
+
+    Only documents — files and request bodies, validated in JSON mode — are checked: a size a program
+    computes (a recorded run, a trace) is what was measured, and there a small number is not a typo."""
+    if info.mode != "json":
+        return value
+    try:
+        number = parse_bytes(value)
+    except ValueError:
+        return value
+    if 0 < number < MIN_WORKLOAD_MEMORY_BYTES:
+        bare = isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+        hint = f"; did you mean {number}Gi?" if bare else ""
+        raise ValueError(
+            f"{value!r} is less than 1 MiB, too little GPU memory for any workload: check the unit "
+            f"({number} bytes{hint})"
+        )
+    return value
+
+
+# The JSON Schema of documents (canary._model.document_json_schema) reads the bound from here.
+_plausible_workload_memory.least_nonzero_bytes = MIN_WORKLOAD_MEMORY_BYTES  # type: ignore[attr-defined]
+
+WorkloadMemoryBytes = Annotated[int, BeforeValidator(parse_bytes), BeforeValidator(_plausible_workload_memory)]
+"""A workload's GPU memory size (``Bytes``): in a document, 0 or at least 1 MiB. (Before-validators run
+last-first: the plausibility check sees the value as written, then ``parse_bytes`` reads it.)"""
+
+
+def known_mig_profile_names() -> dict[str, str]:
+    """Every MIG profile spelling some catalog device accepts (lower case: a name, or an lgip id) → the
+    profile's name."""
+    from canary.catalog import all_devices
+
+    known: dict[str, str] = {}
+    for spec in all_devices():
+        for profile in spec.mig_profiles:
+            known.setdefault(profile.name.lower(), profile.name)
+            known.setdefault(str(profile.profile_id), profile.name)
+    return known
 
 
 class MemoryEnvelope(Model):
@@ -25,14 +72,14 @@ class MemoryEnvelope(Model):
     shrink) within ``reclaim_deadline_ms`` (``None``: it cannot promise a deadline, so nothing counts
     as reclaimable for a candidate that needs memory now)."""
 
-    reserved_bytes: Bytes = Field(
+    reserved_bytes: WorkloadMemoryBytes = Field(
         description="device memory taken at start and held (weights, KV-cache pool); bytes or a size such as 40Gi"
     )
-    peak_bytes: Bytes = Field(
+    peak_bytes: WorkloadMemoryBytes = Field(
         description="the most device memory the workload ever holds (reserved + activations, graphs); at least "
         "reserved_bytes"
     )
-    reclaimable_bytes: Bytes = Field(
+    reclaimable_bytes: WorkloadMemoryBytes = Field(
         default=0,
         description="memory it can give back on request (a cache it can shrink) within reclaim_deadline_ms; at most "
         "peak_bytes",
@@ -99,7 +146,7 @@ class Phase(Model):
     sm_share: Fraction | None = Field(
         default=None, ge=0, le=1, description="fraction of the SMs the phase occupies; None = unknown"
     )
-    memory_bytes: Bytes | None = Field(
+    memory_bytes: WorkloadMemoryBytes | None = Field(
         default=None, description="device memory held during the phase; bytes or a size such as 18Gi; None = unknown"
     )
 
@@ -113,11 +160,34 @@ class SharingModes(Model):
         default=None, ge=1, le=100, description="accepts MPS with this active-thread percentage; None = no MPS"
     )
     mig_profiles: tuple[str, ...] = Field(
-        default=(), description="MIG GPU-instance profiles it can run in (e.g. 3g.40gb); empty = no MIG"
+        default=(), description="MIG GPU-instance profiles it can run in (e.g. 3g.40gb, or an lgip id), each one "
+        "some catalog device has; empty = no MIG"
     )
     green_sms: int | None = Field(
         default=None, ge=1, description="accepts a green-context partition of this many SMs; None = no green context"
     )
+
+    @field_validator("mig_profiles")
+    @classmethod
+    def _catalogued_mig_profiles(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """In a document, each name must be a MIG profile of some catalog device (a name such as
+        ``3g.40gb``, ``MIG 3g.40gb``, or an lgip id): a typo (``1g.10g``) matched no device's profile and
+        silently narrowed what the workload accepts. Which device has it is stage 1's question."""
+        if info.mode != "json" or not value:
+            return value
+        known = known_mig_profile_names()
+        for name in value:
+            wanted = name.strip().lower()
+            if wanted.startswith("mig "):
+                wanted = wanted[4:].strip()
+            if wanted not in known:
+                import difflib  # only for the suggestion
+
+                names = sorted(set(known.values()))
+                close = difflib.get_close_matches(wanted, names, n=3)
+                hint = f"; closest: {', '.join(close)}" if close else f"; catalog profiles: {', '.join(names)}"
+                raise ValueError(f"{name!r} is not a MIG profile of any catalog device{hint}")
+        return value
 
 
 class Slo(Model):
