@@ -31,7 +31,7 @@ from typing import Any
 
 from canary.admission.request import QueuedRequest
 from canary.errors import InputError
-from canary.jobs.warm import PairOutcome, WarmReport, classify_certificate
+from canary.jobs.warm import PairOutcome, WarmReport, answer_without_probe, classify_certificate
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, None: 1}
@@ -150,7 +150,15 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                     outcome = PairOutcome(index, entry.label, "queued", f"queued for {ref}'s agent as probe "
                                           f"{ticket.id}" + (" (joined a live probe)" if joined else ""))
         elif time.monotonic() >= deadline:
-            outcome = PairOutcome(index, entry.label, "skipped-budget", "the job's time budget ran out")
+            # a pair stage 1 or fresh evidence answers costs no probe time: answered, not "missing"
+            try:
+                answered = answer_without_probe(index, entry.label, entry.request.request(), engine=engine,
+                                                as_of=fresh_until)
+            except Exception as exc:
+                answered = PairOutcome(index, entry.label, "error", f"{type(exc).__name__}: {exc}")
+            outcome = answered or PairOutcome(index, entry.label, "skipped-budget", "the job's time budget ran out")
+            if outcome.status == "fresh":
+                outcome = dataclasses.replace(outcome, detail=outcome.detail + _until(fresh_until))
         else:
             try:
                 req = entry.request.request()

@@ -173,8 +173,6 @@ def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None,
     spent on probes: does not fit, fresh evidence, nothing to probe, its device cannot be reached
     (``error``), or (``device_type``) it runs on another device type than the one being revalidated.
     ``None``: the pair needs a probe."""
-    from canary.admission import EvidenceAccess, make_certificate
-
     try:
         req = load_pair(pair)
         if device_type is not None and req.spec.name != device_type:
@@ -183,14 +181,24 @@ def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None,
                                + (f" under driver {driver}" if driver else "")
                                + " (its evidence was not marked stale either)")
         req = _with_driver(req, driver)
-        now = _utcnow()
-        settlement = EvidenceAccess.over(engine).read_and_settle(req, now)
+        return answer_without_probe(index, _label(req), req, engine=engine)
     except Exception as exc:  # one failed pair is reported, the job goes on
         return PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
+
+
+def answer_without_probe(index: int, label: str, req: Request, *, engine: Any,
+                         as_of: dt.datetime | None = None) -> PairOutcome | None:
+    """The pair's outcome when stage 1 and the store settle it without a probe (what ``admit_async``
+    would decide before probing: same read, same settlement); ``None`` when it needs a probe.
+    ``as_of``: only evidence still fresh then counts."""
+    from canary.admission import EvidenceAccess, make_certificate
+
+    now = _utcnow()
+    settlement = EvidenceAccess.over(engine).read_and_settle(req, now, as_of=as_of)
     if settlement.settled.probe_keys:
         return None
     cert = make_certificate(settlement.req, settlement.hard, settlement.settled.decision, now)
-    return classify_certificate(index, _label(req), cert)
+    return classify_certificate(index, label, cert)
 
 
 async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, seed: int = 0,

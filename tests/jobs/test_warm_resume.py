@@ -80,3 +80,18 @@ def test_a_pair_listed_twice_is_probed_once(
     assert all(p["detail"].startswith("the same pair as pair 1") for p in pairs[1:])
     listed = run_in_process(["evidence", "list", "--json"], capsys=capsys, monkeypatch=monkeypatch, env=env)
     assert len(json.loads(listed.stdout)) == 1
+
+
+def test_warm_from_history_out_of_budget_reports_a_fresh_pair_as_fresh(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``canary admit`` probes a pair (and logs it); a history run whose budget is already spent still
+    answers that pair from its fresh evidence."""
+    env = cli_env(tmp_path)
+    admitted = run_in_process(["admit", str(EXAMPLES / "snapshots" / "g-nccl-mps-room.yaml"),
+                               str(PROFILES / "embedding-service.yaml"), "--quiet"],
+                              capsys=capsys, monkeypatch=monkeypatch, env=env)
+    assert admitted.returncode == 0, admitted.stderr
+    out = run_in_process(["warm", "--from-history", "--since", "1h", "--budget-s", "1e-9", "--json"],
+                         capsys=capsys, monkeypatch=monkeypatch, env=env)
+    assert out.returncode == 0, out.stderr
+    assert [p["status"] for p in json.loads(out.stdout)["pairs"]] == ["fresh"]
