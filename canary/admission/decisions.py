@@ -37,6 +37,7 @@ from canary.certificate import (
     Verdict,
 )
 from canary.hardfit import check
+from canary.units import format_bytes
 
 if TYPE_CHECKING:
     from canary._model import PairKey
@@ -109,8 +110,11 @@ def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0,
                  mig_booked=req.mig_booked)
 
 
-def hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:
-    """A decision stage 1 settles by itself, or ``None`` when interference must be judged."""
+def hard_fit_decision(req: Request, hard: HardFit, *, booked_bytes: int | None = 0) -> Decision | None:
+    """A decision stage 1 settles by itself, or ``None`` when interference must be judged.
+    ``booked_bytes``: memory other admissions booked on the device (0: none, or no store consulted).
+    Outside MIG, a device with no resident but such bookings is not empty: the booked workloads are
+    about to run beside the candidate, and nothing can be measured against a workload not yet running."""
     lim = hard.limiting_finding
     if hard.verdict == "no":
         assert lim is not None
@@ -127,6 +131,11 @@ def hard_fit_decision(req: Request, hard: HardFit) -> Decision | None:
             return Decision("reject", f"policy {req.policy.name} rejects next to unprofiled resident(s) "
                             f"{', '.join(unprofiled)}; stage 1 could not decide {lim.resource}: {lim.detail}", "policy")
         return Decision("unknown", f"cannot tell whether it fits: {lim.resource} — {lim.detail}", "hard-fit")
+    if not req.snapshot.residents and booked_bytes and req.regime.kind != "mig":
+        return Decision("unknown", f"fits, but other admissions booked {format_bytes(booked_bytes)} on this device for "
+                        "workloads that are not running yet: how they and the candidate interfere cannot be judged "
+                        "before they run (no resident to probe beside) — ask again once they run here, or place the "
+                        "candidate on a device without bookings (`canary reservations list --device …`)", "hard-fit")
     if not req.snapshot.residents:
         return Decision("admit", "fits, and nothing else runs on the device", "hard-fit", confidence=1.0)
     if req.regime.kind == "mig":
@@ -180,10 +189,10 @@ class Settled:
     probe_keys: tuple[PairKey, ...] = ()
 
 
-def settle(req: Request, hard: HardFit, evidence: list[PairEvidence]) -> Settled:
+def settle(req: Request, hard: HardFit, evidence: list[PairEvidence], *, booked_bytes: int | None = 0) -> Settled:
     """Stage 1's decision when it settles the request, else the evidence's, with the pairs to probe
-    after an ``unknown`` (``pairs_needing_probe``)."""
-    decision = hard_fit_decision(req, hard)
+    after an ``unknown`` (``pairs_needing_probe``). ``booked_bytes``: as for ``hard_fit_decision``."""
+    decision = hard_fit_decision(req, hard, booked_bytes=booked_bytes)
     if decision is not None:
         return Settled(decision)
     decision = cache_decision(req, evidence)

@@ -173,7 +173,7 @@ class EvidenceAccess:
         req = self.with_mig_bookings(req, now)
         reserved, source, evidence = self.decision_inputs(req, now, as_of=as_of)
         hard = stage1(req, reserved_bytes_by_others=reserved, reservations_source=source)
-        return Settlement(req, hard, evidence, settle(req, hard, evidence))
+        return Settlement(req, hard, evidence, settle(req, hard, evidence, booked_bytes=reserved))
 
     def _statement(self, fn: Callable[[Connection], T]) -> T:
         """``fn``'s read, one statement, outside any transaction (``_single_statement``)."""

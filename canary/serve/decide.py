@@ -89,9 +89,10 @@ def policy_estimators(req: Question) -> tuple[Estimator, ...]:
         raise InputError(f"policy {policy.name!r}, field 'estimators': {exc.problem}", field="policy") from None
 
 
-async def _read(svc: Service, prepared: Prepared) -> tuple[Question, HardFit, list[PairEvidence], dt.datetime]:
+async def _read(svc: Service, prepared: Prepared) -> tuple[Question, HardFit, list[PairEvidence], dt.datetime, int | None]:
     """The request as of the store, stage 1 and the pooled evidence of ``prepared``, from one read of the
-    store begun after this call (``DecisionReads.read``), and the read's time.
+    store begun after this call (``DecisionReads.read``), the read's time and the memory other admissions
+    booked on the device (``settle``: a device with bookings and no resident is not empty).
 
     Under MIG the instances other admissions booked are read first (``EvidenceAccess.with_mig_bookings``,
     one more statement, only on a device with MIG on): stage 1 counts them as taken, and a regime that
@@ -108,7 +109,7 @@ async def _read(svc: Service, prepared: Prepared) -> tuple[Question, HardFit, li
         read = await svc.reads.read(device_id=req.device_id, digests=digests, ttl_s=req.policy.evidence_ttl_s)
     evidence = evidence_from_rows(req, keys, read.rows, at=read.at, now=read.at)
     hard = svc.stage1(req, reserved_bytes_by_others=read.booked, reservations_source=BOOKED_SOURCE)
-    return req, hard, evidence, read.at
+    return req, hard, evidence, read.at, read.booked
 
 
 def _with_mig_bookings(svc: Service, req: Question) -> Question:
@@ -124,16 +125,16 @@ def _certificate(svc: Service, endpoint: str, cert: Certificate, t0: float) -> R
 
 async def fit(svc: Service, prepared: Prepared, t0: float) -> Response:
     """Stage 1 and the evidence, never a probe (``canary fit``): the certificate."""
-    req, hard, evidence, at = await _read(svc, prepared)
-    cert = make_certificate(req, hard, settle(req, hard, evidence).decision, at)
+    req, hard, evidence, at, booked = await _read(svc, prepared)
+    cert = make_certificate(req, hard, settle(req, hard, evidence, booked_bytes=booked).decision, at)
     return _certificate(svc, "fit", cert, t0)
 
 
 async def admission(svc: Service, prepared: Prepared, t0: float) -> Response:
     """Both stages (``canary admit``): the certificate, or 202 and the probe that will settle it."""
     looked_at = utcnow()  # before the evidence is read: a probe of this pair done since then is joined
-    req, hard, evidence, _ = await _read(svc, prepared)
-    settled = settle(req, hard, evidence)
+    req, hard, evidence, _, booked = await _read(svc, prepared)
+    settled = settle(req, hard, evidence, booked_bytes=booked)
     decision = settled.decision
     if prepared.probe and settled.probe_keys:
         # Hybrid admission, as canary admit does it (consult_estimators): only for pairs without usable

@@ -148,3 +148,32 @@ def test_feedback_with_a_slowdown_is_recorded(tmp_path: Path, capsys: pytest.Cap
                           "--slowdown-pct", "35"], capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
     assert out.returncode == 0, out.stderr
     assert _recorded(url)["evidence"] == [("unsafe", "production")]
+
+
+def test_a_device_with_bookings_and_no_resident_is_not_empty(tmp_path: Path) -> None:
+    """An admission books 6.5 GiB on an idle H100 (the candidate's 6 GiB peak and the policy's 512 MiB
+    context): the workload booked is about to run there. The next candidate fits in the memory left, but
+    it would run beside the booked workload, which cannot be probed before it runs: unknown (exit 3),
+    naming the booking — never 'nothing else runs on the device' — and nothing more is booked."""
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
+
+    def admit(*extra: str) -> tuple[int, dict[str, Any]]:
+        proc = subprocess.run([*canary_cmd(), "--db", url, "admit", "h100", PROFILE, "--quiet", "--json", *extra],
+                              capture_output=True, text=True, env=cli_env(tmp_path), timeout=120)
+        return proc.returncode, json.loads(proc.stdout)
+
+    first_rc, first = admit()
+    assert first_rc == EXIT_ADMIT and first["reason"] == "fits, and nothing else runs on the device"
+    assert [r["memory_bytes"] for r in first["resource_reservations"]] == [int(6.5 * 2**30)]
+    second_rc, second = admit()
+    assert second_rc == EXIT_UNKNOWN and second["verdict"] == "unknown", second["reason"]
+    assert "other admissions booked 6.5 GiB on this device" in second["reason"]
+    assert "not running yet" in second["reason"] and second["resource_reservations"] == []
+    fit = subprocess.run([*canary_cmd(), "--db", url, "fit", "h100", PROFILE, "--json"], capture_output=True,
+                         text=True, env=cli_env(tmp_path), timeout=120)
+    assert fit.returncode == EXIT_UNKNOWN and "not running yet" in json.loads(fit.stdout)["reason"]
+    conn = sqlite3.connect(f"file:{url.removeprefix('sqlite:///')}?mode=ro", uri=True)
+    try:
+        assert conn.execute("select count(*) from reservations").fetchone() == (1,)
+    finally:
+        conn.close()

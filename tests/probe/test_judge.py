@@ -388,8 +388,8 @@ def test_judgment_fields_and_reason_name_the_bound() -> None:
     j = judge(pairs, SETTINGS, budget_exhausted=False, baseline_ms=base)
     assert j.label == "safe" and j.rule == "judge"
     assert j.interval_pct is not None and j.estimate_pct is not None
-    on = sum(sum(p.on_ms) / len(p.on_ms) for p in pairs)  # type: ignore[arg-type]
-    off = sum(sum(p.off_ms) / len(p.off_ms) for p in pairs)  # type: ignore[arg-type]
+    on = sum(sum(p.on_ms) / len(p.on_ms) for p in pairs)  # type: ignore[arg-type,misc]
+    off = sum(sum(p.off_ms) / len(p.off_ms) for p in pairs)  # type: ignore[arg-type,misc]
     assert j.estimate_pct == pytest.approx(100 * (on / off - 1))
     assert j.interval_pct[0] < j.estimate_pct < j.interval_pct[1] < 10.0
     assert j.window_pairs == 20 and j.raw_samples == 20 * 80
