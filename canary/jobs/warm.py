@@ -155,6 +155,23 @@ def classify_certificate(index: int, label: str, cert: Any) -> PairOutcome:
     return PairOutcome(index, label, "no-probe-needed", cert.reason, outcome=cert.verdict)
 
 
+def _duplicates(plan: WarmPlan) -> dict[int, PairOutcome]:
+    """Each plan index that repeats an earlier pair (``_identity``: h100 and h100-sxm are one
+    device), with its outcome: a duplicate of the first, answered there."""
+    first_of: dict[tuple[Any, ...], int] = {}
+    out: dict[int, PairOutcome] = {}
+    for i, pair in enumerate(plan.pairs):
+        identity = _identity(pair)
+        if identity is None:
+            continue
+        if identity in first_of:
+            out[i] = PairOutcome(i, str(identity[0]), "duplicate",
+                                 f"the same pair as pair {first_of[identity] + 1}: answered there")
+        else:
+            first_of[identity] = i
+    return out
+
+
 def _identity(pair: PlannedPair) -> tuple[Any, ...] | None:
     """What makes two planned pairs the same pair once names are resolved (a device's catalog alias,
     the regime it follows): its label first, then the device, the files and the policy. ``None`` when
@@ -225,6 +242,7 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
         warm_queue.check_same_pairs(session, run_id=run_id, pairs=pairs_json)
         warm_queue.enqueue(session, run_id=run_id, pairs=pairs_json, now=_utcnow())
     results: list[PairOutcome] = []
+    duplicate_of = _duplicates(plan)  # the run's plan is this plan (check_same_pairs)
 
     async def worker(n: int) -> None:
         owner = f"{socket.gethostname()}:{os.getpid()}:{n}"
@@ -244,8 +262,11 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
                 results.append(outcome)
                 continue
             try:
-                outcome = await _warm_one(item.position, pair, engine=engine, seed=seed, driver=driver,
-                                          deadline=deadline)
+                if item.position in duplicate_of:  # probed once per run, under the first one's lease
+                    outcome = duplicate_of[item.position]
+                else:
+                    outcome = await _warm_one(item.position, pair, engine=engine, seed=seed, driver=driver,
+                                              deadline=deadline)
                 final: warm_queue.FinalState = "done"
             except Exception as exc:  # one failed pair is reported, the run goes on
                 outcome = PairOutcome(item.position, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
@@ -372,16 +393,11 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
     # Pairs that need no probe are answered first, from stage 1 and the store: they cost no probe
     # time, so a budget that runs out never leaves a fresh pair reported as missing.
     to_probe: list[int] = []
-    first_of: dict[tuple[Any, ...], int] = {}
+    duplicate_of = _duplicates(plan)
     for i, pair in enumerate(plan.pairs):
-        identity = _identity(pair)
-        if identity is not None and identity in first_of:
-            # the same pair again (h100 and h100-sxm are one device): probed once, not twice at once
-            answered: PairOutcome | None = PairOutcome(
-                i, identity[0], "duplicate", f"the same pair as pair {first_of[identity] + 1}: answered there")
+        if i in duplicate_of:  # the same pair again: probed once, not twice at once
+            answered: PairOutcome | None = duplicate_of[i]
         else:
-            if identity is not None:
-                first_of[identity] = i
             answered = _triage(i, pair, engine=engine, driver=driver, device_type=device_type)
         if answered is None:
             to_probe.append(i)

@@ -96,3 +96,17 @@ def test_a_pair_leased_by_another_node_is_listed_and_is_not_success(
     table = run_in_process(argv, capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
     assert table.returncode == 3
     assert "1: leased: leased by node-b:77:0" in table.stdout and "leased 1" in table.stdout
+
+
+def test_a_fleet_run_probes_a_pair_listed_twice_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
+    plan_file = tmp_path / "dup.json"
+    plan_file.write_text(json.dumps({"name": "dup", "budget_s": 120, "concurrency": 2,
+                                     "pairs": [NO_FIT[0], {**NO_FIT[0], "device": "h100-sxm"}]}))
+    out = run_in_process(["--db", url, "warm", str(plan_file), "--fleet", "--run-id", "night", "--json"],
+                         capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
+    assert out.returncode == 0, out.stderr
+    pairs = json.loads(out.stdout)["pairs"]
+    assert [p["status"] for p in pairs] == ["does-not-fit", "duplicate"]
+    assert pairs[1]["detail"].startswith("the same pair as pair 1")
