@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -342,10 +343,24 @@ def _single_statement(engine: Engine) -> Iterator[Connection]:
         raise translate(err, engine.url) from err
 
 
-def open_store_for_writing(url: str | None, *, announce: Callable[[str], object] | None = None) -> Engine:
+def _note_on_stderr(message: str) -> None:
+    """``canary: MESSAGE`` on stderr; nothing when stderr is closed or its reader left (a note never
+    decides anything)."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(f"canary: {message}\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def open_store_for_writing(url: str | None, *, announce: Callable[[str], object] | None = _note_on_stderr) -> Engine:
     """The store's engine, at the current schema. A SQLite store that does not exist yet — no file,
-    or a file without a single table — is created at the current schema (zero setup); a store with
-    an older schema is never migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
+    or a file without a single table — is created at the current schema (zero setup) and ``announce``
+    says so (default: a note on stderr; ``None``: silent); a store with an older schema is never
+    migrated here: that is ``canary db upgrade`` (exit 4 says so)."""
     from evidence_store.location import check_db_url, sqlite_file
     from evidence_store.migrate import check_schema, open_store, upgrade
 

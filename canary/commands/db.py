@@ -74,6 +74,16 @@ def run_upgrade(args: argparse.Namespace) -> int:
 
 
 def run_current(args: argparse.Namespace) -> int:
+    from evidence_store.database import redact
+    from evidence_store.location import check_db_url, default_db_url, sqlite_file
+
+    url = args.db or default_db_url()
+    check_db_url(url)
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        # Reading the revision would create an empty file there; a question creates nothing.
+        sys.stdout.write(f"{redact(url)}: no store there yet (nothing created): canary db upgrade creates one\n")
+        return EXIT_ADMIT
     sys.stdout.write(_describe(args.db) + "\n")
     return EXIT_ADMIT
 
