@@ -67,15 +67,22 @@ class Request:
 
     @property
     def device_id(self) -> str:
-        """What reservations are booked against: the UUID of a live device, else the device reference."""
-        snap = self.snapshot
-        if snap.uuid:
-            return snap.uuid
-        if self.device.kind == "file":
-            return f"file:{Path(self.device.ref).resolve()}"
-        if self.device.kind == "published":  # a snapshot sent to the service (canary serve) by value or name
-            return f"snapshot:{self.device.ref}"
-        return f"sim:{self.spec.name}"
+        """What reservations are booked against (``device_id_of``)."""
+        return device_id_of(self.device)
+
+
+def device_id_of(device: ResolvedDevice) -> str:
+    """What reservations are booked against for ``device``: the UUID of a live device (or a snapshot
+    that names one), else the device reference — ``file:PATH``, ``snapshot:NAME`` (sent to the service),
+    ``sim:CATALOG-NAME``. Listing bookings by a DEVICE as decisions take it goes through here too."""
+    snap = device.snapshot
+    if snap.uuid:
+        return snap.uuid
+    if device.kind == "file":
+        return f"file:{Path(device.ref).resolve()}"
+    if device.kind == "published":  # a snapshot sent to the service (canary serve) by value or name
+        return f"snapshot:{device.ref}"
+    return f"sim:{device.spec.name}"
 
 
 def build_request(

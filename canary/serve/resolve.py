@@ -175,10 +175,10 @@ def _device(value: str | dict[str, Any], registry: RegistryGet) -> Any:
 def booking_device_id(value: str, registry: RegistryGet, *, policy: Policy,
                       published: PublishedGet | None = None) -> str:
     """The device id bookings on the DEVICE a decision body names are made against (a catalog name or
-    alias, a snapshot ``name@version``, ``agent:NODE/NAME``): ``Request.device_id`` of a request
-    resolved from it, so ``h100`` finds the bookings held under ``sim:h100-sxm``. ``InputError``
+    alias, a snapshot ``name@version``, ``agent:NODE/NAME``): ``device_id_of`` the device resolved
+    from it, as a request's, so ``h100`` finds the bookings held under ``sim:h100-sxm``. ``InputError``
     (field ``device``) when it names no device."""
-    from types import SimpleNamespace
+    from canary.admission.request import device_id_of
 
     if value.startswith("agent:") and published is not None:
         from canary.fleetwork.published import published_device
@@ -186,10 +186,7 @@ def booking_device_id(value: str, registry: RegistryGet, *, policy: Policy,
         device = published_device(value, published, policy)
     else:
         device = _device(value, registry)
-    # Request.device_id reads only the device: its own rule is applied, not a copy of it
-    device_id = Request.device_id.fget(SimpleNamespace(device=device, snapshot=device.snapshot,  # type: ignore[attr-defined]
-                                                       spec=device.spec))
-    return str(device_id)
+    return device_id_of(device)
 
 
 def cached_policy(name: str) -> Policy:
