@@ -218,6 +218,10 @@ def answer_without_probe(index: int, label: str, req: Request, *, engine: Any,
     return classify_certificate(index, label, cert)
 
 
+#: How often a fleet node with nothing left to claim looks again while other nodes hold leases.
+LEASE_POLL_S = 0.5
+
+
 async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, seed: int = 0,
                            driver: str | None = None, lease_s: float = 900.0,
                            progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
@@ -250,7 +254,15 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
             with session_scope(engine) as session:
                 item = warm_queue.claim(session, run_id=run_id, owner=owner, lease_s=lease_s, now=_utcnow())
             if item is None:
-                return
+                with session_scope(engine, read_only=True) as session:
+                    others_working = warm_queue.run_status(session, run_id).get("leased", 0) > 0
+                if not others_working:
+                    return
+                # Other processes still hold pairs of the run: wait (inside the budget) for them to
+                # finish, or for a dead one's lease to expire and the pair to be claimable here, so
+                # that this node's report and exit code are the run's, not a snapshot of it mid-way.
+                await anyio.sleep(min(LEASE_POLL_S, max(0.0, deadline - time.monotonic())))
+                continue
             try:
                 # The queue row carries the pair itself; this node's plan is not indexed by position.
                 pair = PlannedPair.model_validate_json(json.dumps(item.pair_json))

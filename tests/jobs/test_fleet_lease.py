@@ -85,7 +85,8 @@ def test_a_pair_leased_by_another_node_is_listed_and_is_not_success(
         eng.dispose()
     assert held is not None and held.position == 0
 
-    argv = ["--db", url, "warm", str(plan_file), "--fleet", "--run-id", "night"]
+    # the other node holds its lease past this node's budget: the node waits for it until the budget ends
+    argv = ["--db", url, "warm", str(plan_file), "--fleet", "--run-id", "night", "--budget-s", "1"]
     out = run_in_process([*argv, "--json"], capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
     assert out.returncode == 3, out.stderr  # a pair not answered yet: not success (docs/jobs.md)
     pairs = json.loads(out.stdout)["pairs"]
