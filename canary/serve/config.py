@@ -51,6 +51,17 @@ def _node_device(ref: str) -> str:
 NodeDeviceRef = Annotated[str, AfterValidator(_node_device)]
 
 
+def _policy_name(name: str) -> str:
+    """The server's default policy must load (checked at start-up: a wrong name failed every request)."""
+    from canary.policy import load_policy
+
+    try:
+        load_policy(name)
+    except InputError as exc:
+        raise ValueError(exc.problem) from None
+    return name
+
+
 class ServeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -107,7 +118,8 @@ class ServeConfig(BaseModel):
     nodes: dict[str, tuple[NodeDeviceRef, ...]] = Field(
         default_factory=dict, description="Kubernetes node name → its devices: snapshot files, registry references "
         "(snapshot name@version) or catalog names")
-    default_policy: str = "default"
+    default_policy: Annotated[str, AfterValidator(_policy_name)] = Field(
+        default="default", description="the policy of a decision body that names none (a shipped policy name)")
     agent_silence_s: float = Field(
         default=60.0, gt=0, le=86400, description="a queued probe for a node agent's device whose agent has not "
         "published for this long is aborted (nobody else may run it): its waiters get that answer, not a hang")

@@ -72,6 +72,16 @@ def test_serve_refuses_a_node_device_the_catalog_lacks(tmp_path: Path) -> None:
     assert "field 'nodes.gpu-node-b[1]': 'nvml:0' is neither a snapshot file" in by_option.stderr
 
 
+def test_serve_refuses_a_default_policy_that_does_not_load(tmp_path: Path) -> None:
+    """A wrong default_policy failed every request that named no policy; now it is refused at start-up."""
+    config = tmp_path / "serve-policy.yaml"
+    config.write_text("host: 127.0.0.1\nport: 0\ndefault_policy: nope\n")
+    result = _serve(tmp_path, "--config", str(config))
+    assert result.returncode == 2, result.stderr
+    assert "serving on" not in result.stderr
+    assert f"{config}: field 'default_policy': no policy named 'nope'" in result.stderr
+
+
 @pytest.mark.parametrize(("argv", "env", "want"), [
     pytest.param(["admit", "h100", PROFILE, "--server", "127.0.0.1:18765"], {},
                  "field '--server': '127.0.0.1:18765' has no scheme; expected http://HOST[:PORT]", id="no-scheme"),
