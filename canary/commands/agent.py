@@ -105,9 +105,9 @@ def run_agent(args: argparse.Namespace) -> int:
     config = build_config(args)
     for source in config.devices.values():  # a bad snapshot file is bad input, before anything is written
         if not source.startswith(("nvml:", "cuda:", "rocm:")):
-            from canary.snapshot import load_snapshot
+            from canary.backends import resolve_device
 
-            load_snapshot(source)
+            resolve_device(source)  # as every heartbeat reads it (canary.agent.agent.read_device)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     engine = open_store_for_writing(config.db_url, announce=lambda m: sys.stderr.write(f"canary: {m}\n"))

@@ -49,3 +49,17 @@ def test_drift_unknown_event(tmp_path: Path) -> None:
     out = subprocess.run([*canary_cmd(), "--db", f"sqlite:///{tmp_path / 's.sqlite3'}", "drift", "nope"],
                          capture_output=True, text=True, timeout=60, env=cli_env(tmp_path))
     assert out.returncode == 2 and "no drift event 'nope'" in out.stderr
+
+
+def test_snapshot_file_of_a_device_the_catalog_lacks(tmp_path: Path) -> None:
+    """Read as canary fit reads a DEVICE file, before anything is written: a typo in device_type is exit 2
+    with the closest names (the file was published, and fit refused it)."""
+    snap = tmp_path / "gpu0.yaml"
+    snap.write_text('device_type: h100x\ndriver_version: "580.95.05"\n')
+    db = tmp_path / "store.sqlite3"
+    out = subprocess.run([*canary_cmd(), "--db", f"sqlite:///{db}", "agent", "run", "--once", "--device",
+                          f"gpu0={snap}"], capture_output=True, text=True, timeout=60, env=cli_env(tmp_path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"{snap}: field 'device_type': unknown device 'h100x'; closest: h100-sxm" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not db.exists()
