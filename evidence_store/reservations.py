@@ -12,6 +12,7 @@ lists the MIG instances booked on a physical device, for stage 1 to count as tak
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -32,6 +33,23 @@ from evidence_store.schemas import ReservationOut, to_utc
 
 #: Between a physical device's id and a MIG instance's name in the id its bookings are made against.
 MIG_INSTANCE_SEPARATOR = "/mig:"
+#: Prefixes of the device ids bookings are made against (``canary.admission.request.device_id_of``) that
+#: no DEVICE a user types has.
+STORED_ID_PREFIXES = ("sim:", "file:", "snapshot:")
+#: Ending in a device UUID (``GPU-…``, ``MIG-…``, a bare one, or a snapshot's own ``GPU-name-<uuid>``):
+#: what bookings on a live device, or a snapshot naming one, are made against.
+_DEVICE_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+
+def stored_device_id(session: Session, given: str) -> str | None:
+    """``given`` itself when it is a device id as bookings store it — a stored id's form, or one bookings
+    are held under — else ``None`` (the caller resolves it as a DEVICE). The CLI's and the service's
+    booking lists both ask here first."""
+    if given.startswith(STORED_ID_PREFIXES) or MIG_INSTANCE_SEPARATOR in given or _DEVICE_UUID.search(given):
+        return given
+    if session.scalar(select(Reservation.id).where(Reservation.device_id == given).limit(1)) is not None:
+        return given  # another form of device id bookings are held under
+    return None
 
 
 def mig_instance_device(device_id: str, instance: str) -> str:

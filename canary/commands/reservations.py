@@ -7,7 +7,6 @@ the last free memory. Bookings end when released or when their lease expires.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import Any
 
@@ -57,31 +56,19 @@ def run_list(args: argparse.Namespace) -> int:
     return EXIT_ADMIT
 
 
-#: Prefixes of the device ids bookings are made against (``Request.device_id``) that no DEVICE has.
-_STORED_ID_PREFIXES = ("sim:", "file:", "snapshot:")
-#: A device UUID (``GPU-…``, ``MIG-…`` or a bare one), which bookings on a live device are made against.
-_DEVICE_UUID = re.compile(r"^(?:[A-Za-z]+-)?[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
-
-
 def booking_device_id(session: Any, given: str) -> str:
     """The device id ``--device`` names: itself when it has a stored id's form or bookings are held under
-    it; else the id an admission on the DEVICE it names books under (``Request.device_id``), so ``h100``
+    it; else the id an admission on the DEVICE it names books under (``device_id_of``), so ``h100``
     finds the bookings held under ``sim:h100-sxm``. A name that is neither is an ``InputError`` (exit 2)
     naming ``--device`` (for a catalog name: the closest names), not an empty list."""
-    from types import SimpleNamespace
-
-    from sqlalchemy import select
-
-    from canary.admission.request import Request
+    from canary.admission.request import device_id_of
     from canary.backends import resolve_device
     from evidence_store import published
-    from evidence_store.models import Reservation
-    from evidence_store.reservations import MIG_INSTANCE_SEPARATOR
+    from evidence_store.reservations import stored_device_id
 
-    if given.startswith(_STORED_ID_PREFIXES) or MIG_INSTANCE_SEPARATOR in given or _DEVICE_UUID.match(given):
-        return given
-    if session.scalar(select(Reservation.id).where(Reservation.device_id == given).limit(1)) is not None:
-        return given  # another form of device id bookings are held under
+    stored = stored_device_id(session, given)
+    if stored is not None:
+        return stored
     if given.startswith(published.AGENT_REF_PREFIX):
         pub = published.get_by_ref(session, given)
         if pub is None:
@@ -91,10 +78,7 @@ def booking_device_id(session: Any, given: str) -> str:
         device = resolve_device(given)
     except InputError as exc:
         raise InputError(f"{exc.problem}; nor is it the device id of a booking", field="--device") from None
-    # Request.device_id reads only the device: its own rule is applied, not a copy of it
-    device_id = Request.device_id.fget(  # type: ignore[attr-defined]
-        SimpleNamespace(device=device, snapshot=device.snapshot, spec=device.spec))
-    return str(device_id)
+    return device_id_of(device)
 
 
 def run_release(args: argparse.Namespace) -> int:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Query
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from canary.admission import utcnow
@@ -19,11 +17,6 @@ from canary.serve.resolve import booking_device_id, cached_policy
 router = APIRouter(tags=["reservations"])
 
 
-#: Prefixes of the device ids bookings are made against (``Request.device_id``) that no DEVICE has.
-_STORED_ID_PREFIXES = ("sim:", "file:", "snapshot:")
-#: Ending in a device UUID (``GPU-…``, ``MIG-…`` or a bare one): what bookings on a live device are made against.
-_DEVICE_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
-
 DEVICE_DOC = ("a device as decisions name it — a catalog name or alias (h100), a snapshot name@version, "
               "agent:NODE/NAME — or the device id bookings are stored under (sim:h100-sxm, snapshot:…, a GPU "
               "UUID, with /mig:… for a MIG instance); a name that is neither is a 422")
@@ -32,13 +25,11 @@ DEVICE_DOC = ("a device as decisions name it — a catalog name or alias (h100),
 def _device_id(s: Session, svc: Svc, given: str) -> str:
     """The device id ``given`` names: itself when bookings are held under it or it has a stored id's
     form, else the id decisions book the DEVICE it names under (422 naming ``query.device`` for none)."""
-    from evidence_store.models import Reservation
-    from evidence_store.reservations import MIG_INSTANCE_SEPARATOR
+    from evidence_store.reservations import stored_device_id
 
-    if given.startswith(_STORED_ID_PREFIXES) or MIG_INSTANCE_SEPARATOR in given or _DEVICE_UUID.search(given):
-        return given
-    if s.scalar(select(Reservation.id).where(Reservation.device_id == given).limit(1)) is not None:
-        return given  # another form of device id bookings are held under
+    stored = stored_device_id(s, given)
+    if stored is not None:
+        return stored
     try:
         return booking_device_id(given, svc.registry_get, policy=cached_policy(svc.config.default_policy),
                                  published=svc.published_get)
