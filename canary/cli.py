@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from canary.errors import EXIT_BAD_INPUT, EXIT_OPERATIONAL, CanaryError, printable
+from canary.errors import EXIT_BAD_INPUT, EXIT_OPERATIONAL, CanaryError, printable, say
 
 # command group → module under canary.commands. Order is the order of `canary --help`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -38,15 +38,8 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def _stderr(text: str) -> None:
-    """Write a message to stderr; a closed stderr (``2>&-``: ``sys.stderr`` is ``None``) or a reader that
-    left drops it — the exit code still says what happened."""
-    if sys.stderr is None:
-        return
-    try:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    """Write a message to stderr (``canary.console.say``: a closed stderr or a reader that left drops it)."""
+    say(sys.stderr, text)
 
 
 class _Parser(argparse.ArgumentParser):

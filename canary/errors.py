@@ -16,6 +16,9 @@ Third-party errors are translated at the boundary: ``raise InputError(...) from 
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 EXIT_ADMIT = 0
 EXIT_REJECT = 1
 EXIT_BAD_INPUT = 2
@@ -88,3 +91,21 @@ class ProbeError(CanaryError):
     """A probe could not be started, or its rollback could not be verified."""
 
     exit_code = EXIT_OPERATIONAL
+
+
+def say(stream: Any, text: str) -> None:
+    """Write a side note to ``stream`` (stderr) and flush, never failing the command: nothing when the
+    stream is ``None`` (``2>&-``), closed or broken (a reader that left, ``2>&1 | head``) — the exit code
+    still says what happened."""
+    if stream is None:
+        return
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):  # EPIPE, EBADF, a closed file: nobody is watching any more
+        pass
+
+
+def note(message: str) -> None:
+    """``canary: MESSAGE`` on stderr, as :func:`say` writes it (stderr looked up when called)."""
+    say(sys.stderr, f"canary: {message}\n")

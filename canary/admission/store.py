@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +28,7 @@ from canary.admission.decisions import (
 )
 from canary.admission.request import QueuedDevice, QueuedRequest, Request, pair_key, with_mig_bookings
 from canary.certificate import GpuInstancePlacement, ReservationRef
-from canary.errors import InputError
+from canary.errors import InputError, note
 from canary.hardfit import MigBooking
 from canary.regime import parse_mig_instance
 from canary.snapshot import Resident
@@ -343,20 +342,7 @@ def _single_statement(engine: Engine) -> Iterator[Connection]:
         raise translate(err, engine.url) from err
 
 
-def _note_on_stderr(message: str) -> None:
-    """``canary: MESSAGE`` on stderr; nothing when stderr is closed or its reader left (a note never
-    decides anything)."""
-    stream = sys.stderr
-    if stream is None:
-        return
-    try:
-        stream.write(f"canary: {message}\n")
-        stream.flush()
-    except (OSError, ValueError):
-        pass
-
-
-def open_store_for_writing(url: str | None, *, announce: Callable[[str], object] | None = _note_on_stderr) -> Engine:
+def open_store_for_writing(url: str | None, *, announce: Callable[[str], object] | None = note) -> Engine:
     """The store's engine, at the current schema. A SQLite store that does not exist yet — no file,
     or a file without a single table — is created at the current schema (zero setup) and ``announce``
     says so (default: a note on stderr; ``None``: silent); a store with an older schema is never

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from canary.commands.fit import VERDICT_EXIT, add_fit_arguments
+from canary.errors import say
 
 
 def add_parser(sub: Any) -> None:
@@ -83,25 +84,14 @@ class Progress:
             self._write("\n")
 
 
-def say(stream: Any, text: str) -> None:
-    """A side note on stderr that never fails the command (a closed or broken stderr drops it)."""
-    if stream is None:
-        return
-    try:
-        stream.write(text)
-        stream.flush()
-    except (OSError, ValueError):
-        pass
-
-
 def _remote_progress(stream: Any) -> Any:
     seen: set[str] = set()
 
     def show(status: dict[str, Any]) -> None:
         if status["state"] not in seen:
             seen.add(status["state"])
-            stream.write(f"canary: probe {status['id']} {status['state']} (shared by {status['waiters']} "
-                         f"request(s))\n")
+            say(stream, f"canary: probe {status['id']} {status['state']} (shared by {status['waiters']} "
+                        f"request(s))\n")
 
     return show
 

@@ -61,7 +61,7 @@ def _progress(outcome: Any, total: int) -> None:
     """One line per finished pair on stderr. A display never decides a pair: with stderr closed
     (``2>&-``) or its reader gone (``2>&1 | head``) the line is dropped and the job goes on (as
     ``canary admit``'s progress does)."""
-    from canary.commands.admit import say
+    from canary.errors import say
 
     extra = ""
     if outcome.slowdown_pct is not None:
@@ -118,7 +118,7 @@ def _exit_code(report: Any) -> int:
     pairs, or (fleet) another process still holds some pairs' leases (their evidence is still missing:
     the job did not do what it was asked, yet nothing failed — run it again to resume); else 0. The
     skipped pairs are named on stderr."""
-    from canary.commands.admit import say
+    from canary.errors import say
 
     if report.count("error"):
         return 4

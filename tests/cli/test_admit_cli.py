@@ -177,3 +177,21 @@ def test_a_device_with_bookings_and_no_resident_is_not_empty(tmp_path: Path) -> 
         assert conn.execute("select count(*) from reservations").fetchone() == (1,)
     finally:
         conn.close()
+
+
+def test_the_remote_progress_display_never_fails_the_admission() -> None:
+    """``canary admit --server … 2>&-``: the remote probe's state lines go to a stderr whose reader left
+    (or that is closed: ``None``); the display drops them instead of raising into the admission."""
+    from canary.commands.admit import _remote_progress
+
+    class Gone:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError("reader left")
+
+        def flush(self) -> None:
+            raise BrokenPipeError("reader left")
+
+    for stream in (Gone(), None):
+        show = _remote_progress(stream)
+        show({"id": "p1", "state": "running", "waiters": 2})
+        show({"id": "p1", "state": "recorded", "waiters": 2})
