@@ -54,11 +54,18 @@ SIM_DRIVER_ENV = "CANARY_SIM_DRIVER"
 _sim_driver: ContextVar[str | None] = ContextVar("canary_sim_driver", default=None)
 
 
+#: A driver version as drivers and the simulator write it (580.95.05, 6.2.4, simulator-1): a letter or
+#: digit, then letters, digits and ``. _ + ~ -``, at most 64 characters. No spaces, no punctuation that a
+#: shell or a terminal would read.
+_DRIVER_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,63}")
+
+
 def check_sim_driver(value: str, *, field: str) -> str:
-    """A driver version for simulated devices: printable, non-empty, at most 64 characters."""
+    """A driver version (``_DRIVER_VERSION``), surrounding whitespace stripped."""
     text = value.strip()
-    if not text or len(text) > 64 or not text.isprintable():
-        raise InputError(f"{value!r} is not a driver version (e.g. 590.10.02)", field=field)
+    if not _DRIVER_VERSION.fullmatch(text):
+        raise InputError(f"{value!r} is not a driver version (e.g. 590.10.02: letters, digits and . _ + ~ -, "
+                         "at most 64 characters)", field=field)
     return text
 
 

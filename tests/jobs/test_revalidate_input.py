@@ -28,6 +28,7 @@ def _plan(tmp_path: Path) -> str:
     pytest.param(["--driver", "  ", "--yes"], "--driver", id="blank-driver"),
     pytest.param(["--driver", "590\x1b[2J", "--yes"], "--driver", id="control-characters"),
     pytest.param(["--driver", "5" * 65, "--yes"], "--driver", id="too-long"),
+    pytest.param(["--driver", "not a version!!", "--yes"], "--driver", id="not-a-version"),
     pytest.param(["--driver", "590.10.02", "--device-type", "zzz"], "--device-type", id="unknown-device-type"),
 ])
 def test_bad_revalidate_input_names_the_option_and_writes_nothing(
