@@ -114,13 +114,19 @@ def _print_report(report: Any, *, drift: bool) -> None:
 
 
 def _exit_code(report: Any) -> int:
-    """4 when a pair failed operationally (the others still ran); 3 when the budget ran out before some
+    """4 when a pair failed operationally (the others still ran), here or (fleet) on another node of the
+    run (``failed-in-run``); 3 when the budget ran out before some
     pairs, or (fleet) another process still holds some pairs' leases (their evidence is still missing:
     the job did not do what it was asked, yet nothing failed — run it again to resume); else 0. The
     skipped pairs are named on stderr."""
     from canary.errors import say
 
-    if report.count("error"):
+    failed_elsewhere = report.count("failed-in-run")
+    if failed_elsewhere:
+        say(sys.stderr, f"canary: {failed_elsewhere} pair(s) of the fleet run failed on another node (listed below "
+                        "the table, with that node's reason); a run tries a pair once: start a new run "
+                        "(--run-id) to try them again\n")
+    if report.count("error") or failed_elsewhere:
         return 4
     leased = report.count("leased")
     if leased:

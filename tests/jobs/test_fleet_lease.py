@@ -111,3 +111,32 @@ def test_a_fleet_run_probes_a_pair_listed_twice_once(
     pairs = json.loads(out.stdout)["pairs"]
     assert [p["status"] for p in pairs] == ["does-not-fit", "duplicate"]
     assert pairs[1]["detail"].startswith("the same pair as pair 1")
+
+
+def test_a_pair_another_node_failed_is_not_success(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another node of the run failed pair 1 operationally (its device unreachable): a run tries a pair
+    once, so this node lists it as failed-in-run with that node's reason and exits 4, as for a pair that
+    failed here (docs/jobs.md) — never 0 with a pair's evidence missing."""
+    url = migrated_sqlite(tmp_path / "store.sqlite3")
+    plan_file = tmp_path / "fleet.json"
+    plan_file.write_text(json.dumps({"name": "fleet", "budget_s": 120, "concurrency": 1, "pairs": NO_FIT}))
+    pairs_json = [p.model_dump(mode="json") for p in load_plan(plan_file).pairs]
+    now = dt.datetime.now(dt.UTC)
+    eng = make_engine(url)
+    try:
+        with session_scope(eng) as s:
+            warm_queue.enqueue(s, run_id="night", pairs=pairs_json, now=now)
+            held = warm_queue.claim(s, run_id="night", owner="node-b:77:0", lease_s=900, now=now)
+            assert held is not None
+            warm_queue.finish(s, held, state="failed", now=now, result_json={
+                "index": held.position, "label": "etl-transcode on h100", "status": "error",
+                "detail": "nvml:7: NVIDIA driver library (libnvidia-ml) not found"})
+    finally:
+        eng.dispose()
+    argv = ["--db", url, "warm", str(plan_file), "--fleet", "--run-id", "night", "--json"]
+    out = run_in_process(argv, capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
+    assert out.returncode == 4, out.stderr
+    pairs = json.loads(out.stdout)["pairs"]
+    assert [p["status"] for p in pairs] == ["failed-in-run", "does-not-fit", "does-not-fit"]
+    assert "1 pair(s) of the fleet run failed on another node" in out.stderr and "--run-id" in out.stderr
