@@ -112,6 +112,21 @@ def claim(session: Session, *, run_id: str, owner: str, lease_s: float, now: dat
                     row.lease_expires_at)
 
 
+def release(session: Session, item: WarmItem, *, now: datetime) -> bool:
+    """Put a leased item back in the queue (``queued``, no owner, no lease) if ``item``'s owner still
+    holds it: a node interrupted mid-probe hands its pair back instead of leaving the lease to expire.
+    Idempotent; ``False`` when the item is no longer this owner's lease."""
+    row = session.get(WarmQueue, item.id, with_for_update=True)
+    if row is None or row.state != "leased" or row.owner != item.owner:
+        return False
+    row.state = "queued"
+    row.owner = None
+    row.lease_expires_at = None
+    row.updated_at = to_utc(now)
+    session.flush()
+    return True
+
+
 def finish(session: Session, item: WarmItem, *, state: FinalState, result_json: dict[str, Any], now: datetime) -> None:
     """Close a leased item. ``LeaseLost`` when another node took it over after this lease expired."""
     row = session.get(WarmQueue, item.id, with_for_update=True)

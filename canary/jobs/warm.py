@@ -311,17 +311,12 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
 def _release(engine: Any, item: Any) -> None:
     """Put a pair this node leased back in the queue (``queued``, no owner), if it still holds it.
     Idempotent; a store error here leaves the lease to expire, as a dead node's does."""
+    from evidence_store import warm_queue
     from evidence_store.database import session_scope
-    from evidence_store.models import WarmQueue
 
     try:
         with session_scope(engine) as session:
-            row = session.get(WarmQueue, item.id, with_for_update=True)
-            if row is not None and row.state == "leased" and row.owner == item.owner:
-                row.state = "queued"
-                row.owner = None
-                row.lease_expires_at = None
-                row.updated_at = _utcnow()
+            warm_queue.release(session, item, now=_utcnow())
     except Exception:  # cleanup during a cancellation must not replace it
         return
 

@@ -4,6 +4,7 @@ each pair probed exactly once."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -52,6 +53,24 @@ def test_expired_lease_is_taken_over_and_the_old_owner_cannot_finish(engine: Eng
         warm_queue.finish(s, second, state="done", result_json={"status": "probed"}, now=NOW + dt.timedelta(seconds=12))
     with session_scope(engine, read_only=True) as s:
         assert warm_queue.run_status(s, "r") == {"done": 1}
+
+
+def test_a_released_item_is_queued_again_and_only_its_holder_can_release_it(engine: Engine) -> None:
+    with session_scope(engine) as s:
+        warm_queue.enqueue(s, run_id="r", pairs=PAIRS[:1], now=NOW)
+    with session_scope(engine) as s:
+        held = warm_queue.claim(s, run_id="r", owner="node-a", lease_s=900, now=NOW)
+    assert held is not None
+    with session_scope(engine) as s:  # another owner's item: nothing changes
+        assert warm_queue.release(s, dataclasses.replace(held, owner="node-b"), now=NOW) is False
+    with session_scope(engine) as s:
+        assert warm_queue.release(s, held, now=NOW) is True
+    with session_scope(engine, read_only=True) as s:
+        assert warm_queue.run_status(s, "r") == {"queued": 1}
+    with session_scope(engine) as s:
+        assert warm_queue.release(s, held, now=NOW) is False  # idempotent: no longer leased
+        again = warm_queue.claim(s, run_id="r", owner="node-b", lease_s=900, now=NOW + dt.timedelta(seconds=1))
+    assert again is not None and again.position == held.position  # claimable at once, not after 900 s
 
 
 @pytest.mark.slow
