@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from canary.errors import InputError
 from canary.tables import table
+from evidence_store.errors import NoSuchId
 from evidence_store.migrate import open_store
 from evidence_store.models import Evidence, Reservation
 from evidence_store.schemas import (
@@ -58,7 +59,7 @@ def resolve_evidence_id(session: Session, given: str) -> str:
         select(Evidence.id).where(Evidence.id.startswith(given, autoescape=True)).limit(2)
     ).all()
     if not matches:
-        raise InputError(f"no evidence with id {given!r}", field="ID")
+        raise NoSuchId(f"no evidence with id {given!r}", field="ID")
     if len(matches) > 1:
         raise InputError(f"id prefix {given!r} matches several records; give more of it", field="ID")
     return matches[0]
@@ -71,7 +72,7 @@ def resolve_reservation_id(session: Session, given: str) -> str:
         select(Reservation.id).where(Reservation.id.startswith(given, autoescape=True)).limit(2)
     ).all()
     if not matches:
-        raise InputError(f"no reservation with id {given!r}", field="ID")
+        raise NoSuchId(f"no reservation with id {given!r}", field="ID")
     if len(matches) > 1:
         raise InputError(f"id prefix {given!r} matches several reservations; give more of it", field="ID")
     return matches[0]

@@ -19,9 +19,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from canary.errors import EXIT_REJECT, CanaryError, OperationalError, StoreUnavailable
+from canary.errors import EXIT_REJECT, CanaryError, InputError, OperationalError, StoreUnavailable
 
 ConflictResource = Literal["memory", "mps", "mig"]
+
+
+class NoSuchId(InputError):
+    """An id (or id prefix) a user gave that names no record: bad input (exit 2) on the command line, a 404
+    in the service — unlike an ambiguous prefix, which is bad input everywhere."""
 
 
 class ReservationConflict(CanaryError):

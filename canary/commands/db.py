@@ -82,7 +82,7 @@ def run_current(args: argparse.Namespace) -> int:
     path = sqlite_file(url)
     if path is not None and not path.exists():
         # Reading the revision would create an empty file there; a question creates nothing.
-        sys.stdout.write(f"{redact(url)}: no store there yet (nothing created): canary db upgrade creates one\n")
+        sys.stdout.write(f"{redact(url)}: no schema, no store there yet (nothing created): canary db upgrade creates one\n")
         return EXIT_ADMIT
     sys.stdout.write(_describe(args.db) + "\n")
     return EXIT_ADMIT

@@ -28,7 +28,7 @@ def test_db_current_on_a_missing_store_creates_nothing(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite3"
     proc = _run(tmp_path, "--db", f"sqlite:///{store}", "db", "current")
     assert proc.returncode == 0, proc.stderr
-    assert "no store there yet (nothing created)" in proc.stdout
+    assert "no schema, no store there yet (nothing created)" in proc.stdout
     assert not store.exists()
     # once created, the revision is read as before
     assert _run(tmp_path, "--db", f"sqlite:///{store}", "db", "upgrade").returncode == 0

@@ -25,13 +25,14 @@ def _evidence_id(s: Session, given: str) -> str | None:
     """The full id of the record ``given`` names (an id or a unique prefix, as ``canary evidence show``
     takes); ``None`` when none does; an ambiguous prefix is a 422 naming the path parameter."""
     from evidence_store.cli_support import resolve_evidence_id
+    from evidence_store.errors import NoSuchId
 
     try:
         return resolve_evidence_id(s, given)
-    except InputError as exc:
-        if "several" in exc.problem:
-            raise HttpProblem(422, f"field 'path.evidence_id': {exc.problem}") from None
+    except NoSuchId:
         return None
+    except InputError as exc:  # an ambiguous prefix
+        raise HttpProblem(422, f"field 'path.evidence_id': {exc.problem}") from None
 
 
 @router.get("/v1/evidence", dependencies=[Depends(require("read"))], responses=ERRORS)
