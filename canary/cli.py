@@ -129,7 +129,40 @@ def _single_positionals(parser: argparse.ArgumentParser) -> set[str]:
     return dests
 
 
+#: What an interrupted command leaves behind, said where it stops.
+_AFTER_INTERRUPT = ("; any probe in progress was rolled back and journaled aborted (canary recover finishes one "
+                    "that could not be), and a job's finished pairs are kept: running it again resumes")
+
+
+_terminated: list[bool] = []
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (a CronJob's deadline, a pod's termination, ``kill``) is handled as Ctrl-C is — whatever
+    handles SIGINT now (Python's, or asyncio's runner, which cancels the running task so a probe's
+    shielded rollback and journal run) gets a SIGINT — instead of the process dying with its candidate
+    running and its journal row ``running`` until the lease expires. Noted, for the exit code (143)."""
+    import signal
+
+    _terminated.append(True)
+    signal.raise_signal(signal.SIGINT)
+
+
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return _dispatch(parser, argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    _terminated.clear()
+    try:
+        return _dispatch(parser, argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     for dest in _single_positionals(parser):
         # argparse leaves [] in a one-value positional for "PROFILE -- --" instead of refusing it
@@ -157,7 +190,10 @@ def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         _stderr("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        _stderr("canary: interrupted\n")
+        if _terminated:
+            _stderr(f"canary: terminated (SIGTERM){_AFTER_INTERRUPT}\n")
+            return 143
+        _stderr(f"canary: interrupted{_AFTER_INTERRUPT}\n")
         return 130
     except BrokenPipeError:
         return 0
