@@ -69,8 +69,9 @@ async def test_a_cancelled_pair_goes_back_to_the_queue_and_a_rerun_answers_it(
     assert report.queue == {"done": 3}
 
 
-def test_a_pair_leased_by_another_node_is_listed_and_is_not_success(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def _other_node_holds_the_first_pair(tmp_path: Path, *, fails_it: bool = False) -> tuple[str, Path]:
+    """A store and a fleet plan whose run 'night' another node (node-b) has begun: it holds pair 1's
+    lease for 900 s, or (``fails_it``) failed that pair operationally (its device unreachable)."""
     url = migrated_sqlite(tmp_path / "store.sqlite3")
     plan_file = tmp_path / "fleet.json"
     plan_file.write_text(json.dumps({"name": "fleet", "budget_s": 120, "concurrency": 1, "pairs": NO_FIT}))
@@ -81,9 +82,19 @@ def test_a_pair_leased_by_another_node_is_listed_and_is_not_success(
         with session_scope(eng) as s:
             warm_queue.enqueue(s, run_id="night", pairs=pairs_json, now=now)
             held = warm_queue.claim(s, run_id="night", owner="node-b:77:0", lease_s=900, now=now)
+            assert held is not None and held.position == 0
+            if fails_it:
+                warm_queue.finish(s, held, state="failed", now=now, result_json={
+                    "index": held.position, "label": "etl-transcode on h100", "status": "error",
+                    "detail": "nvml:7: NVIDIA driver library (libnvidia-ml) not found"})
     finally:
         eng.dispose()
-    assert held is not None and held.position == 0
+    return url, plan_file
+
+
+def test_a_pair_leased_by_another_node_is_listed_and_is_not_success(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, plan_file = _other_node_holds_the_first_pair(tmp_path)
 
     # the other node holds its lease past this node's budget: the node waits for it until the budget ends
     argv = ["--db", url, "warm", str(plan_file), "--fleet", "--run-id", "night", "--budget-s", "1"]
@@ -118,22 +129,7 @@ def test_a_pair_another_node_failed_is_not_success(
     """Another node of the run failed pair 1 operationally (its device unreachable): a run tries a pair
     once, so this node lists it as failed-in-run with that node's reason and exits 4, as for a pair that
     failed here (docs/jobs.md) — never 0 with a pair's evidence missing."""
-    url = migrated_sqlite(tmp_path / "store.sqlite3")
-    plan_file = tmp_path / "fleet.json"
-    plan_file.write_text(json.dumps({"name": "fleet", "budget_s": 120, "concurrency": 1, "pairs": NO_FIT}))
-    pairs_json = [p.model_dump(mode="json") for p in load_plan(plan_file).pairs]
-    now = dt.datetime.now(dt.UTC)
-    eng = make_engine(url)
-    try:
-        with session_scope(eng) as s:
-            warm_queue.enqueue(s, run_id="night", pairs=pairs_json, now=now)
-            held = warm_queue.claim(s, run_id="night", owner="node-b:77:0", lease_s=900, now=now)
-            assert held is not None
-            warm_queue.finish(s, held, state="failed", now=now, result_json={
-                "index": held.position, "label": "etl-transcode on h100", "status": "error",
-                "detail": "nvml:7: NVIDIA driver library (libnvidia-ml) not found"})
-    finally:
-        eng.dispose()
+    url, plan_file = _other_node_holds_the_first_pair(tmp_path, fails_it=True)
     argv = ["--db", url, "warm", str(plan_file), "--fleet", "--run-id", "night", "--json"]
     out = run_in_process(argv, capsys=capsys, monkeypatch=monkeypatch, env=cli_env(tmp_path))
     assert out.returncode == 4, out.stderr

@@ -59,27 +59,26 @@ def test_serve_refuses_tls_files_that_do_not_load(tmp_path: Path, args: list[str
     assert not (tmp_path / "serve.sqlite3").exists()
 
 
-def test_serve_refuses_a_node_device_the_catalog_lacks(tmp_path: Path) -> None:
-    config = tmp_path / "serve-node.yaml"
-    config.write_text("host: 127.0.0.1\nport: 0\nnodes:\n  gpu-node-a: [h100-sxm, h100x]\n")
+@pytest.mark.parametrize(("config_text", "want"), [
+    pytest.param("nodes:\n  gpu-node-a: [h100-sxm, h100x]\n",
+                 "field 'nodes.gpu-node-a[1]': unknown device 'h100x'; closest: h100-sxm", id="node-device"),
+    # a wrong default policy failed every request that named none
+    pytest.param("default_policy: nope\n", "field 'default_policy': no policy named 'nope'", id="default-policy"),
+])
+def test_serve_refuses_a_config_that_names_nothing_known(tmp_path: Path, config_text: str, want: str) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text("host: 127.0.0.1\nport: 0\n" + config_text)
     result = _serve(tmp_path, "--config", str(config))
     assert result.returncode == 2, result.stderr
     assert "serving on" not in result.stderr
-    assert f"{config}: field 'nodes.gpu-node-a[1]': unknown device 'h100x'; closest: h100-sxm" in result.stderr
-    # the same from the command line; a missing snapshot file stays a request-time unknown (docs/serve.md)
+    assert f"{config}: {want}" in result.stderr
+
+
+def test_serve_refuses_a_node_device_option_that_is_neither_file_nor_catalog_name(tmp_path: Path) -> None:
+    # a missing snapshot file stays a request-time unknown (docs/serve.md); nvml:0 is not a node's device
     by_option = _serve(tmp_path, "--node", f"gpu-node-b={tmp_path / 'later.yaml'},nvml:0", "--openapi")
     assert by_option.returncode == 2
     assert "field 'nodes.gpu-node-b[1]': 'nvml:0' is neither a snapshot file" in by_option.stderr
-
-
-def test_serve_refuses_a_default_policy_that_does_not_load(tmp_path: Path) -> None:
-    """A wrong default_policy failed every request that named no policy; now it is refused at start-up."""
-    config = tmp_path / "serve-policy.yaml"
-    config.write_text("host: 127.0.0.1\nport: 0\ndefault_policy: nope\n")
-    result = _serve(tmp_path, "--config", str(config))
-    assert result.returncode == 2, result.stderr
-    assert "serving on" not in result.stderr
-    assert f"{config}: field 'default_policy': no policy named 'nope'" in result.stderr
 
 
 @pytest.mark.parametrize(("argv", "env", "want"), [
