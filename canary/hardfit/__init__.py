@@ -2,8 +2,9 @@
 
 Pure arithmetic over declared and observed numbers (no IO, no clock). Every check returns every
 finding (not just the first shortfall); the verdict is *no* if any finding is *no*, else *unknown*
-if any is *unknown*, else *yes*. The limiting resource is the first *no* — or, without one, the
-first *unknown* — in the stable order of ``CHECKS``::
+if any is *unknown*, else *yes*. The limiting resource is the first *no* that is short ``never``
+(the candidate cannot fit whatever leaves); without one, the first *no* short ``now``; without a
+*no*, the first *unknown* — "first" in the stable order of ``RESOURCE_ORDER``::
 
     compute_mode, unlisted_context, amd_partition, sharing_mode, mig_slices, mig_instances, mig_placement,
     mps_server, mps_clients, mps_pinned_memory, green_sms, hbm, sm_coresidency, resident_kernels,
@@ -24,13 +25,15 @@ from canary.hardfit.partitions import GREEN_CAVEAT, check_amd_partition, check_g
 from canary.regime import Regime, parse_regime
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from canary.catalog import DeviceSpec
     from canary.policy import Policy
     from canary.profile import WorkloadProfile
     from canary.snapshot import DeviceSnapshot
 
 __all__ = ["CHECKS", "RESOURCE_ORDER", "Demand", "FitContext", "MigBooking", "Regime", "RegimeChoice", "check",
-           "choose_regime", "parse_regime"]
+           "choose_regime", "limiting_finding", "parse_regime"]
 
 # Registered in one place, in the order that decides the limiting resource.
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -68,6 +71,25 @@ def _order(f: Finding) -> int:
         return len(RESOURCE_ORDER)
 
 
+def _rank(f: Finding) -> int:
+    """How strongly a finding limits: a permanent shortfall (``never``) before one that may go away
+    (``now``), any *no* before an *unknown*, an *unknown* before a *yes*."""
+    if f.verdict == "no":
+        return 0 if f.shortfall == "never" else 1
+    return 2 if f.verdict == "unknown" else 3
+
+
+def limiting_finding(findings: Iterable[Finding]) -> Finding | None:
+    """The finding that limits: the strongest (``_rank``), the first in ``findings``' order among
+    equals; ``None`` when every finding is *yes*. A ``now`` shortfall is never named while a ``never``
+    one exists: retrying after residents leave cannot help a candidate that can never fit."""
+    best: Finding | None = None
+    for f in findings:
+        if f.verdict != "yes" and (best is None or _rank(f) < _rank(best)):
+            best = f
+    return best
+
+
 def check(
     snapshot: DeviceSnapshot,
     spec: DeviceSpec,
@@ -88,15 +110,12 @@ def check(
     findings: list[Finding] = []
     for _name, fn in CHECKS:
         findings.extend(fn(ctx))
-    findings.sort(key=_order)  # stable: ties keep check order
-    verdict: FitVerdict = "yes"
-    limiting = None
-    wanted: FitVerdict
-    for wanted in ("no", "unknown"):
-        hit = next((f for f in findings if f.verdict == wanted), None)
-        if hit is not None:
-            verdict, limiting = wanted, hit.resource
-            break
+    # Stable: ties keep check order. Within one resource, a shortfall comes before the rest so the
+    # first non-yes finding of the limiting resource (HardFit.limiting_finding) is the one that limits.
+    findings.sort(key=lambda f: (_order(f), min(_rank(f), 2)))
+    hit = limiting_finding(findings)
+    verdict: FitVerdict = hit.verdict if hit is not None else "yes"
+    limiting = hit.resource if hit is not None else None
     caveats: list[str] = list(ctx.caveats)
     if regime.kind == "green":
         caveats.append(GREEN_CAVEAT)

@@ -46,9 +46,13 @@ def mig_profile_size(profile: MigProfile) -> tuple[int, int, int, str]:
     return profile.memory_slices, profile.compute_slices, memory, profile.name
 
 
-def _ruling(hard_findings: tuple[Finding, ...], limiting: str | None, profile: str) -> Finding:
-    """The finding that decides a profile's trial, about that profile."""
-    hit = next(f for f in hard_findings if f.resource == limiting and f.verdict != "yes")
+def _ruling(hard_findings: tuple[Finding, ...], profile: str) -> Finding:
+    """The finding that decides a profile's trial (stage 1's limiting finding: a ``never`` shortfall
+    before a ``now`` one), about that profile."""
+    from canary.hardfit import limiting_finding  # the package imports this module
+
+    hit = limiting_finding(hard_findings)
+    assert hit is not None, "a profile that does not fit has a finding that says why"
     return hit if hit.subject == profile else hit.model_copy(update={"subject": profile})
 
 
@@ -66,8 +70,9 @@ def choose_mig(
 ) -> RegimeChoice:
     """The MIG profile a candidate gets on a MIG-enabled device (see the module doc): each profile it
     accepts is tried with stage 1; the smallest that fits wins; without one, the smallest that may
-    fit (an *unknown*); without that, the smallest profile the device has, with every profile's
-    reason in ``mig_refused``."""
+    fit (an *unknown*); without that, the smallest profile refused only for now (short ``now``: it
+    may fit once the device changes), else the smallest profile the device has — with every
+    profile's reason, its limiting finding (a ``never`` shortfall first), in ``mig_refused``."""
     from canary.hardfit import check  # the package imports this module: stage 1 is looked up when called
 
     accepted = candidate.sharing.mig_profiles
@@ -99,7 +104,7 @@ def choose_mig(
             passed = [_short(f) for f in refused if f.subject in profiles] + [_short(f) for _, f in unsure]
             why = f"MIG is enabled; {profile.name} is the smallest profile the candidate accepts and fits in"
             return RegimeChoice(regime, why + (f" (not {'; '.join(passed)})" if passed else ""))
-        ruling = _ruling(hard.findings, hard.limiting_resource, profile.name)
+        ruling = _ruling(hard.findings, profile.name)
         if hard.verdict == "unknown":
             unsure.append((profile, ruling))
         else:
@@ -111,10 +116,17 @@ def choose_mig(
                             f"smallest that may, is checked ({ruling.resource} unknown)")
     order = {p.name: i for i, p in enumerate(sorted(profiles.values(), key=mig_profile_size))}
     refused.sort(key=lambda f: order.get(f.subject or "", len(order)))  # by size; names the catalog lacks last
+    # The profile checked is the one whose refusal the certificate reports: the smallest that is short
+    # only for now (it may fit once instances, bookings or residents change), else the smallest. A
+    # 'never' headline while a larger accepted profile is merely taken would tell a scheduler to give up.
+    later = next((f.subject for f in refused if f.shortfall == "now" and f.subject in profiles), None)
     smallest = min(profiles.values(), key=mig_profile_size).name
-    return RegimeChoice(Regime("mig", mig_profile=smallest),
+    checked = later or smallest
+    which = (f"the smallest that may fit later, {checked}" if checked != smallest
+             else f"the smallest, {smallest}")
+    return RegimeChoice(Regime("mig", mig_profile=checked),
                         f"MIG is enabled and the candidate fits none of the MIG profiles it accepts "
-                        f"({'; '.join(_short(f) for f in refused)}); checking the smallest, {smallest}",
+                        f"({'; '.join(_short(f) for f in refused)}); checking {which}",
                         tuple(refused))
 
 
