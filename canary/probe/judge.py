@@ -789,9 +789,22 @@ def confidence_interval(
     has = paths.usable > 0
     excluded_above = has & np.take_along_axis(paths.safe, last[:, None], axis=1)[:, 0]
     excluded_below = has & np.take_along_axis(paths.unsafe, last[:, None], axis=1)[:, 0]
+    # Rejecting "the ratio is at most r" rejects "at most r0" for every r0 < r (a hypothesis inside a
+    # rejected one), and "at least r" every "at least r1" for r1 > r. The tests at the grid's points are
+    # not monotone by themselves (their ranges and bets differ with r: one at 0.5 may keep what the
+    # one at 1.1 rejected), and without this the interval read [-100%, ∞] beside a verdict that
+    # rejected 'within 10%'.
+    excluded_below = np.flip(np.logical_or.accumulate(np.flip(excluded_below)))
+    excluded_above = np.logical_or.accumulate(excluded_above)
     kept = ~(excluded_above | excluded_below)
-    if not kept.any():  # the tests disagree at every ratio: report the plug-in's neighbourhood as unbounded
-        return (-100.0, math.inf)
+    if not kept.any():
+        # The two tests' exclusions meet: the ratios between the lowest one the safe test rejects and
+        # the highest the unsafe test rejects are where their boundaries cross.
+        a = int(np.flatnonzero(excluded_above)[0])
+        b = int(np.flatnonzero(excluded_below)[-1])
+        lo_i, hi_i = min(a, b), max(a, b)
+        return (-100.0 if lo_i == 0 else _to_pct(float(grid[lo_i])),
+                math.inf if hi_i == rows - 1 else _to_pct(float(grid[hi_i])))
     idx = np.flatnonzero(kept)
     low = -100.0 if idx[0] == 0 else _to_pct(float(grid[idx[0]]))
     high = math.inf if idx[-1] == rows - 1 else _to_pct(float(grid[idx[-1]]))

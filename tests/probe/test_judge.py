@@ -488,3 +488,28 @@ def test_futility_never_cuts_a_clear_answer_short() -> None:
         if label is not None:
             break
     assert label == "safe"
+
+
+@pytest.mark.parametrize("seed", [14, 29, 66])
+def test_the_interval_agrees_with_an_unsafe_verdict(seed: int) -> None:
+    """Four noisy pairs of a resident 3–8 × slower with the candidate: the test at the bound rejects
+    'within 10%'. Rejecting "the ratio is at most 1.1" rejects "at most r" for every r below 1.1, so the
+    interval shown beside the verdict starts above 10% — it read [-100%, ∞] (the per-ratio tests of the
+    display are not monotone by themselves)."""
+    from canary.policy import load_policy
+
+    settings = JudgeSettings.from_budget(load_policy("default").budget_for("online-inference"))
+    rng = random.Random(seed)
+
+    def w(mean_ms: float, n: int = 12, sd: float = 0.3) -> list[float]:
+        return [max(0.1, rng.gauss(mean_ms, mean_ms * sd)) for _ in range(n)]
+
+    k = rng.choice([4, 5, 6, 8])
+    factor = rng.choice([1.5, 2, 3, 5, 8])
+    pairs = [WindowPair(w(20, sd=rng.choice([0.1, 0.5])), w(20 * factor, sd=rng.choice([0.2, 0.8])))
+             for _ in range(k)]
+    j = judge(pairs, settings, budget_exhausted=False, baseline_ms=w(20, 60))
+    assert j.label == "unsafe" and j.rule == "judge"
+    assert j.interval_pct is not None and j.interval_pct[0] > 10.0, j.interval_pct
+    assert j.estimate_pct is not None and j.interval_pct[0] <= j.estimate_pct
+    assert f"95% interval [{j.interval_pct[0]:.2f}%" in j.reason
