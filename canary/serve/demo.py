@@ -74,8 +74,10 @@ def run(argv: list[str] | None = None) -> int:
     from canary.snapshot import load_snapshot
 
     parser = argparse.ArgumentParser(prog="python -m canary.serve.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, default=ROOT / ".canary-demo",
-                        help="where the store and the request body go (default: .canary-demo/)")
+    # $CANARY_DEMO_DIR, as make demo reads it (canary.demo.DEMO_DIR_ENV), else the repository's .canary-demo/
+    given = os.environ.get("CANARY_DEMO_DIR", "")
+    parser.add_argument("--dir", type=Path, default=Path(given) if given else ROOT / ".canary-demo",
+                        help="where the store and the request body go (default: $CANARY_DEMO_DIR, else .canary-demo/)")
     where: Path = parser.parse_args(argv).dir.resolve()
     store = where / "serve.sqlite3"
     where.mkdir(parents=True, exist_ok=True)
