@@ -49,6 +49,7 @@ __all__ = [
     "check_cdna_launch",
     "check_cuda_launch",
     "cuda_occupancy",
+    "explain_register_limit",
     "kernel_occupancy",
 ]
 
@@ -154,6 +155,16 @@ class OccupancyResult:
     shared_memory_config_bytes: int | None
     warps_per_block: int
     max_warps_per_sm: int
+    registers_per_warp: int
+    """One warp's registers, rounded up to the 256-register allocation unit."""
+    register_warps_per_block: int
+    """The warps the register check counts a block for: ``warps_per_block`` rounded up to a multiple
+    of the SM's 4 sub-partitions (registers are allocated per sub-partition, the block's warps spread
+    evenly over them)."""
+    registers_counted_per_block: int
+    """``registers_per_warp × register_warps_per_block``: what the rule compares with the registers a
+    block may hold. ``allocated_registers_per_block`` is the header's own field, the product before
+    the sub-partition rounding."""
 
     @property
     def active_warps_per_sm(self) -> int:
@@ -177,6 +188,9 @@ class OccupancyResult:
             "allocated_registers_per_block": self.allocated_registers_per_block,
             "allocated_shared_memory_per_block": self.allocated_shared_memory_per_block,
             "shared_memory_config_bytes": self.shared_memory_config_bytes,
+            "registers_per_warp": self.registers_per_warp,
+            "register_warps_per_block": self.register_warps_per_block,
+            "registers_counted_per_block": self.registers_counted_per_block,
             "warps_per_block": self.warps_per_block,
             "active_warps_per_sm": self.active_warps_per_sm,
             "occupancy_pct": self.occupancy_pct,
@@ -443,7 +457,49 @@ def cuda_occupancy(
         shared_memory_config_bytes=shared_config,
         warps_per_block=warps_per_block,
         max_warps_per_sm=max_warps_per_sm,
+        registers_per_warp=per_warp,
+        register_warps_per_block=_round_up(warps_per_block, _SUB_PARTITIONS_PER_SM),
+        registers_counted_per_block=registers_assumed,
     )
+
+
+def explain_register_limit(spec: DeviceSpec, registers_per_thread: int, result: OccupancyResult) -> list[str]:
+    """How the register rule reached ``result.block_limit_registers``, in sentences with the numbers
+    the rule used (cudaOccMaxBlocksPerSMRegsLimit): one warp's registers rounded up to the 256-register
+    unit; the block's warps rounded up to a multiple of the 4 sub-partitions, because registers are
+    allocated per sub-partition and the block's warps are spread evenly over them; that count against
+    the registers a block may hold; then whole warps per sub-partition, times 4, over the block's warps."""
+    warp, per_warp = spec.warp_size, result.registers_per_warp
+    w, counted_w = result.warps_per_block, result.register_warps_per_block
+    raw = registers_per_thread * warp
+    if per_warp == 0:
+        return ["registers: the kernel uses none, so registers set no limit"]
+    lines = [f"registers: {registers_per_thread}/thread x {warp} threads = {raw} per warp"
+             + (f", allocated {per_warp} (rounded up to the 256-register unit)" if per_warp != raw
+                else " (a multiple of the 256-register unit)")]
+    counted = result.registers_counted_per_block
+    sub = _SUB_PARTITIONS_PER_SM
+    if counted_w != w:
+        lines += [f"  {w} warps per block, spread over the SM's {sub} sub-partitions: ceil({w}/{sub}) = "
+                  f"{counted_w // sub} per sub-partition,",
+                  f"  counted as {counted_w} warps: {counted_w} x {per_warp} = {counted} registers "
+                  f"({w} x {per_warp} = {w * per_warp} before rounding)"]
+    else:
+        lines.append(f"  {w} warps per block ({w // sub} per sub-partition): {w} x {per_warp} = {counted} registers")
+    per_sub = spec.registers_per_sm // sub
+    max_per_thread = _arch_rules(_require_cuda(spec)).max_registers_per_thread
+    if registers_per_thread > max_per_thread:
+        lines.append(f"  {registers_per_thread} registers per thread exceed the {max_per_thread} the rules allow: 0 blocks")
+    elif counted > spec.registers_per_block:  # counted >= the unrounded product: the one comparison decides
+        lines.append(f"  {counted} > {spec.registers_per_block} registers a block may hold (per sub-partition: "
+                     f"{counted_w // sub} x {per_warp} = {counted_w // sub * per_warp} > "
+                     f"{spec.registers_per_block // sub}): no block fits, 0 blocks")
+    else:
+        fit = per_sub // per_warp
+        lines += [f"  {counted} <= {spec.registers_per_block} registers a block may hold;",
+                  f"  a sub-partition holds {per_sub} // {per_warp} = {fit} warps, the SM {fit * sub}: "
+                  f"{fit * sub} // {w} = {result.block_limit_registers} blocks"]
+    return lines
 
 
 def barrier_slots_per_sm(spec: DeviceSpec) -> int | None:

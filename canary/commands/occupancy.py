@@ -104,6 +104,13 @@ def _refuse(args: argparse.Namespace, names: tuple[str, ...], vendor: str) -> No
             raise InputError(f"{flag} applies to {vendor} devices only", field=flag)
 
 
+def _pct(value: float) -> str:
+    """A percentage with up to four decimals, trailing zeros dropped (one kept): an exact fraction of
+    the warp slots reads exactly (6.25%, 1.5625%, 100.0%), a repeating one to 4 places (2.0833%)."""
+    text = f"{value:.4f}".rstrip("0")
+    return (text + "0" if text.endswith(".") else text) + "%"
+
+
 def _limit_text(value: int | None) -> str:
     return "unlimited" if value is None else str(value)
 
@@ -125,7 +132,7 @@ def _limits_table(
 def _render_cuda(
     spec: DeviceSpec, args: argparse.Namespace, sizes: dict[str, int], result: OccupancyResult
 ) -> str:
-    from canary.occupancy import CUDA_OCC_HEADER_VERSION
+    from canary.occupancy import CUDA_OCC_HEADER_VERSION, explain_register_limit
 
     assert spec.compute_capability is not None
     major, minor = spec.compute_capability
@@ -145,12 +152,14 @@ def _render_cuda(
     lines += _limits_table(
         "blocks/SM", rows, tuple(result.limiting),
         f"{result.active_blocks_per_sm:>10}  ({result.active_warps_per_sm} of {result.max_warps_per_sm} warps, "
-        f"{result.occupancy_pct:.1f}% occupancy)",
+        f"{_pct(result.occupancy_pct)} occupancy)",
     )
+    lines += ["", *explain_register_limit(spec, args.regs, result)]
     lines += [
-        "",
-        f"allocated per block: {result.allocated_registers_per_block} registers, "
-        f"{result.allocated_shared_memory_per_block} B shared memory; SM carveout "
+        f"allocated per block: {result.registers_counted_per_block} registers for the per-block check"
+        + (f" ({result.allocated_registers_per_block} unrounded)"
+           if result.allocated_registers_per_block != result.registers_counted_per_block else "")
+        + f", {result.allocated_shared_memory_per_block} B shared memory; SM carveout "
         + ("n/a" if result.shared_memory_config_bytes is None else f"{result.shared_memory_config_bytes} B"),
         f"rules: {CUDA_OCC_HEADER_VERSION}; device numbers: catalog (see --json for sources)",
     ]
@@ -173,7 +182,7 @@ def _render_cdna(spec: DeviceSpec, args: argparse.Namespace, lds: int, result: C
     lines += _limits_table(
         "workgroups/CU", rows, tuple(result.limiting),
         f"{result.workgroups_per_cu:>14}  ({result.waves_per_cu} of {result.max_waves_per_cu} waves, "
-        f"{result.waves_per_simd} per SIMD, {result.occupancy_pct:.1f}% occupancy)",
+        f"{result.waves_per_simd} per SIMD, {_pct(result.occupancy_pct)} occupancy)",
     )
     lines += [
         "rules: LLVM AMDGPU (gfx90a/gfx942); device numbers: catalog (see --json for sources)",
