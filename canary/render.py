@@ -61,16 +61,19 @@ _USE = {"decision": "decided without a probe", "prior": "the probe's prior", "or
 
 
 def prediction_line(p: PredictionRef) -> str:
-    """One prediction: the estimator's interval, its calibration (interval, level, measured coverage,
-    outcomes) or why it is uncalibrated, and what it was used for."""
+    """One prediction: the estimator's interval, its calibration (interval, level, measured coverage
+    over the outcomes checked and in all) or why it is uncalibrated, and what it was used for."""
     by = f"{p.estimator} ({p.group})" if p.group else p.estimator
     head = (f"predicted for {p.resident} by {by}: {p.lo_pct:.1f}% to {p.hi_pct:.1f}% "
             f"(point {p.point_pct:.1f}%)")
     if p.calibrated and p.calibrated_interval_pct is not None:
         lo, hi = p.calibrated_interval_pct
-        cov = "unknown" if p.coverage is None else f"{p.coverage:.3f}"
-        cal = (f"calibrated {lo:.1f}% to {hi:.1f}% at {p.confidence_level:g}, measured coverage {cov} over "
-               f"{p.outcomes} outcomes")
+        if p.calibration:  # "measured coverage … over M checked of N outcomes; conformal widening …"
+            cal = f"calibrated {lo:.1f}% to {hi:.1f}% at {p.confidence_level:g}, {p.calibration}"
+        else:
+            cov = "unknown" if p.coverage is None else f"{p.coverage:.3f}"
+            cal = (f"calibrated {lo:.1f}% to {hi:.1f}% at {p.confidence_level:g}, measured coverage {cov} over "
+                   f"{p.outcomes} outcomes (checked ones not recorded)")
     else:
         cal = f"uncalibrated ({p.calibration})" if p.calibration else "uncalibrated"
     return f"{head}; {cal}; {_USE[p.used_as]}"

@@ -234,8 +234,7 @@ def predicted_decision(req: Request, evidence: list[PairEvidence],
         if lo > bound:
             used = _mark_decided(predictions, p)
             return Decision("reject", f"predicted: {p.estimator} puts resident {e.resident}'s slowdown at "
-                            f"{lo:.1f}% to {hi:.1f}% (calibrated, measured coverage {_cov(p)} over {p.outcomes} "
-                            f"outcomes), wholly above its bound {bound:g}%; no probe ran", "predicted",
+                            f"{lo:.1f}% to {hi:.1f}% (calibrated: {_cov(p)}), wholly above its bound {bound:g}%; no probe ran", "predicted",
                             confidence=p.confidence_level, evidence=tuple(evidence), predicted_slowdown_pct=(lo, hi),
                             predictions=used)
         if hi > bound:
@@ -245,8 +244,8 @@ def predicted_decision(req: Request, evidence: list[PairEvidence],
         return None
     used = _mark_decided(predictions, *(p for _, p, _ in clear))
     parts = "; ".join(f"{e.resident}: {p.estimator} {p.calibrated_interval_pct[0]:.1f}% to "  # type: ignore[index]
-                      f"{p.calibrated_interval_pct[1]:.1f}% <= {bound:g}% (measured coverage {_cov(p)} over "  # type: ignore[index]
-                      f"{p.outcomes} outcomes)" for e, p, bound in clear)
+                      f"{p.calibrated_interval_pct[1]:.1f}% <= {bound:g}% (calibrated: {_cov(p)})"  # type: ignore[index]
+                      for e, p, bound in clear)
     levels = [p.confidence_level for _, p, _ in clear if p.confidence_level is not None]
     levels += [e.confidence for e in cached if e.confidence is not None]
     lows = [p.calibrated_interval_pct[0] for _, p, _ in clear if p.calibrated_interval_pct]
@@ -263,7 +262,13 @@ def _mark_decided(predictions: dict[str, PredictionRef], *deciding: PredictionRe
 
 
 def _cov(p: PredictionRef) -> str:
-    return "unknown" if p.coverage is None else f"{p.coverage:.3f}"
+    """What a prediction's calibration rests on: its calibration's own words, which give the measured
+    coverage over the outcomes checked next to the total (``measured coverage 0.950 over 80 checked of
+    99 outcomes``); the bare numbers when there are none."""
+    if p.calibration:
+        return p.calibration
+    cov = "unknown" if p.coverage is None else f"{p.coverage:.3f}"
+    return f"measured coverage {cov} over {p.outcomes} outcomes, checked ones not recorded"
 
 
 def probe_decision(req: Request, runs: list[ProbeRun], cached: list[PairEvidence]) -> Decision:

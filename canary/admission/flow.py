@@ -167,7 +167,9 @@ async def admit_async(
     decision = settled.decision
     runs: list[ProbeRun] = []
     if probe and settled.probe_keys:
-        predictions, predicted = consult_estimators(req, engine, evidence, seed=seed)
+        predictions, predicted, notes = consult_estimators_noted(req, engine, evidence, seed=seed)
+        if notes:  # what the estimators could not predict is on the certificate, never silently absent
+            hard = hard.model_copy(update={"caveats": (*hard.caveats, *notes)})
         if predicted is not None:
             return record_admission(req, hard, predicted, [], engine=engine, reserve=reserve, finished=clock(),
                                     log_history=log_history)
@@ -256,11 +258,21 @@ def consult_estimators(req: Request, engine: Engine | None, evidence: list[PairE
     probe, with the predictions as the probes' priors. A policy that names no estimator reads nothing
     and gets ``({}, None)``. Blocking (it reads the store); ``canary admit`` and the service
     (``canary.serve.decide``) both decide through it. ``estimators``: the policy's, loaded already
-    (default: loaded here; ``InputError`` for a name nothing provides)."""
+    (default: loaded here; ``InputError`` for a name nothing provides). ``consult_estimators_noted``
+    also returns what the estimators could not predict, for the certificate's caveats."""
+    predictions, decision, _ = consult_estimators_noted(req, engine, evidence, seed=seed, estimators=estimators)
+    return predictions, decision
+
+
+def consult_estimators_noted(req: Request, engine: Engine | None, evidence: list[PairEvidence], *, seed: int = 0,
+                             estimators: Sequence[Estimator] | None = None,
+                             ) -> tuple[dict[str, PredictionRef], Decision | None, tuple[str, ...]]:
+    """``consult_estimators``, with the notes of ``predict_pairs_noted``: a consulted estimator that
+    could not predict a resident is never silently absent from the certificate."""
     if not req.policy.estimators:
-        return {}, None
-    predictions = predict_pairs(req, engine, evidence, seed=seed, estimators=estimators)
-    return predictions, predicted_decision(req, evidence, predictions)
+        return {}, None, ()
+    predictions, notes = predict_pairs_noted(req, engine, evidence, seed=seed, estimators=estimators)
+    return predictions, predicted_decision(req, evidence, predictions), notes
 
 
 def predict_pairs(req: Request, engine: Engine | None, evidence: list[PairEvidence], *,
@@ -268,9 +280,17 @@ def predict_pairs(req: Request, engine: Engine | None, evidence: list[PairEviden
     """The policy's estimators' best prediction for every profiled resident whose pair has no usable
     evidence, by resident name, each with its calibration on this device type at the resident's
     required confidence (``used_as="order-only"`` until a decision or a probe uses it). A resident no
-    estimator can predict is left out (its probe runs without a prior). ``estimators``: the policy's,
-    loaded already; by default they are loaded here (``InputError`` when the policy names an estimator
-    nothing provides)."""
+    estimator can predict has no entry (its probe runs without a prior); ``predict_pairs_noted`` says
+    which and why. ``estimators``: the policy's, loaded already; by default they are loaded here
+    (``InputError`` when the policy names an estimator nothing provides)."""
+    return predict_pairs_noted(req, engine, evidence, seed=seed, estimators=estimators)[0]
+
+
+def predict_pairs_noted(req: Request, engine: Engine | None, evidence: list[PairEvidence], *,
+                        seed: int = 0, estimators: Sequence[Estimator] | None = None,
+                        ) -> tuple[dict[str, PredictionRef], tuple[str, ...]]:
+    """``predict_pairs``, and a note for every consulted estimator that could not predict a resident
+    (with its reason): unknown is an answer, and the certificate carries it as a caveat."""
     from canary.estimate import Assessment, EstimateQuery, assess, load_estimators
     from canary.estimate.store import StoreReader, recorded_outcomes
 
@@ -279,6 +299,7 @@ def predict_pairs(req: Request, engine: Engine | None, evidence: list[PairEviden
     reader = StoreReader(engine)
     outcomes = recorded_outcomes(engine, reader, device_types=(req.spec.name,))
     out: dict[str, PredictionRef] = {}
+    notes: list[str] = []
     for resident, e in zip(req.snapshot.residents, evidence, strict=True):
         if e.outcome is not None or resident.profile is None:
             continue
@@ -289,7 +310,13 @@ def predict_pairs(req: Request, engine: Engine | None, evidence: list[PairEviden
                        key_digest=e.key.digest() if e.key is not None else None)
         if isinstance(found, Assessment):
             out[resident.name] = prediction_ref(found, level)
-    return out
+            notes += [f"estimator {m.estimator} could not predict resident {resident.name}: {m.reason}"
+                      for m in found.missed]
+        else:
+            names = ", ".join(est.name for est in estimators)
+            notes.append(f"no consulted estimator ({names}) could predict resident {resident.name}, so its probe "
+                         f"ran without a prior: {found.reason}")
+    return out, tuple(notes)
 
 
 def prediction_ref(a: Assessment, level: float) -> PredictionRef:

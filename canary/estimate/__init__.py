@@ -92,6 +92,8 @@ class Assessment:
     estimate: Estimate
     calibration: Calibration
     considered: tuple[str, ...] = ()
+    #: the consulted estimators that could not predict this pair, each with its reason
+    missed: tuple[NoEstimate, ...] = ()
 
     @property
     def calibrated_interval(self) -> tuple[float, float] | None:
@@ -143,6 +145,7 @@ def assess(query: EstimateQuery, estimators: Sequence[Estimator], outcomes: Sequ
     estimator's reason when none can predict. An estimator that raises is recorded as no estimate."""
     found: list[tuple[Estimate, Calibration]] = []
     why: list[str] = []
+    missed: list[NoEstimate] = []
     for est in estimators:
         try:
             answer = est.estimate(query)
@@ -150,6 +153,7 @@ def assess(query: EstimateQuery, estimators: Sequence[Estimator], outcomes: Sequ
             answer = NoEstimate(est.name, f"raised {type(exc).__name__}: {exc}")
         if isinstance(answer, NoEstimate):
             why.append(f"{answer.estimator}: {answer.reason}")
+            missed.append(answer)
             continue
         cal = calibrate(answer.estimator, query.device_type, outcomes, alpha=1 - confidence,
                         min_outcomes=min_outcomes, group=answer.group)
@@ -166,7 +170,7 @@ def assess(query: EstimateQuery, estimators: Sequence[Estimator], outcomes: Sequ
     best = min(found, key=width)
     considered = tuple(f"{e.estimator}: {e.lo_pct:.1f}..{e.hi_pct:.1f}% ({'calibrated' if c.calibrated else 'uncalibrated'})"
                        for e, c in found) + tuple(why)
-    return Assessment(query.resident.name, key_digest, best[0], best[1], considered)
+    return Assessment(query.resident.name, key_digest, best[0], best[1], considered, tuple(missed))
 
 
 __all__ = [

@@ -7,8 +7,11 @@ outside the predicted interval in units of the interval's width, ``s = max(lo �
 narrow calibrated intervals where it is sure and wide ones where it is not (normalised conformal
 scores; the width is fixed before the outcome, so validity is unchanged). With ``n`` outcomes and
 miscoverage ``α = 1 − required_confidence``, ``q`` is the ``⌈(n + 1)(1 − α)⌉``-th smallest score, and
-``[lo − q·w, hi + q·w]`` covers a new, exchangeable outcome with probability ≥ 1 − α (split
-conformal; Romano, Patterson & Candès 2019 for interval scores).
+``[lo − max(q, 0)·w, hi + max(q, 0)·w]`` covers a new, exchangeable outcome with probability ≥ 1 − α
+(split conformal; Romano, Patterson & Candès 2019 for interval scores). Calibration only ever widens:
+a negative ``q`` (the outcomes fell well inside the raw intervals) leaves the estimator's own interval
+as it is — the measurements the outcomes are scored against are themselves estimates, and a handful
+of them landing near the middle is no licence to claim more than the estimator did.
 
 An estimator is *calibrated* for a device type — its intervals may decide, where a policy trusts
 it — only when all of these hold; otherwise it is *uncalibrated* and may order work, never decide:
@@ -19,7 +22,11 @@ it — only when all of these hold; otherwise it is *uncalibrated* and may order
   covered fraction is not below ``1 − α`` by more than two standard errors (``2·√(α(1−α)/m)`` over
   ``m`` checked: an exchangeable stream hovers around the level) — coverage as the store would have
   delivered it, on data each quantile did not see. Drift (the workloads or the estimator's errors changing over time) shows here
-  as misses, where a quantile fitted on everything would quietly widen.
+  as misses, where a quantile fitted on everything would quietly widen;
+- that check has teeth: at least ``min_checks(α) = ⌈4(1 − α)/α⌉`` outcomes were checked, the
+  number at which the two-standard-error tolerance is at most ``α`` itself, so a miss rate of twice
+  the allowed one (coverage ``1 − 2α``) can no longer pass (36 checks at 0.9, 76 at 0.95). With fewer
+  the guard passes anything — 0.5 over 2 checks at 0.9 — and the estimator stays uncalibrated.
 
 Pure functions; the outcomes come from :mod:`canary.estimate.store`.
 """
@@ -56,6 +63,12 @@ class Outcome:
         return max(self.lo_pct - self.measured_pct, self.measured_pct - self.hi_pct) / width(self.lo_pct, self.hi_pct)
 
 
+def min_checks(alpha: float) -> int:
+    """The held-out checks measured coverage needs before it may let an estimator decide at
+    miscoverage ``alpha``: the least ``m`` with ``2·√(α(1−α)/m) ≤ α``, i.e. ``⌈4(1 − α)/α⌉``."""
+    return math.ceil(4 * (1.0 - alpha) / alpha - 1e-9)
+
+
 def width(lo_pct: float, hi_pct: float) -> float:
     """The scale of an interval's scores: its width, at least ``MIN_WIDTH_PCT``."""
     return max(hi_pct - lo_pct, MIN_WIDTH_PCT)
@@ -65,8 +78,9 @@ def width(lo_pct: float, hi_pct: float) -> float:
 class Calibration:
     """What the outcomes say about one estimator on one device type at confidence ``1 − alpha``.
 
-    ``q``: the conformal widening in widths of the raw interval (``None`` when the outcomes are too
-    few for a finite one); ``coverage``: the coverage measured in time order (``None`` when too few);
+    ``q``: the conformal quantile in widths of the raw interval (``None`` when the outcomes are too
+    few for a finite one; the widening applied is ``max(q, 0)``); ``coverage``: the coverage measured
+    in time order (``None`` when too few) over ``checked`` held-out outcomes of the ``outcomes``;
     ``calibrated``: may its intervals decide; ``reason``: why not, or what the numbers are."""
 
     estimator: str
@@ -77,16 +91,20 @@ class Calibration:
     coverage: float | None
     calibrated: bool
     reason: str
+    checked: int = 0
 
     def interval(self, lo_pct: float, hi_pct: float) -> tuple[float, float] | None:
-        """The calibrated interval of a raw one; ``None`` without a finite ``q``."""
+        """The calibrated interval of a raw one, never narrower than it; ``None`` without a finite ``q``."""
         if self.q is None:
             return None
-        w = width(lo_pct, hi_pct)
-        lo, hi = lo_pct - self.q * w, hi_pct + self.q * w
-        if lo > hi:  # a negative q narrower than the interval: the middle point
-            lo = hi = (lo + hi) / 2
-        return lo, hi
+        w = width(lo_pct, hi_pct) * widening(self.q)
+        return lo_pct - w, hi_pct + w
+
+
+def widening(q: float) -> float:
+    """The widening a conformal quantile ``q`` applies, in widths: never negative (calibration does
+    not narrow an estimator's own interval)."""
+    return max(q, 0.0)
 
 
 def conformal_q(scores: Sequence[float], alpha: float) -> float | None:
@@ -117,20 +135,25 @@ def calibrate(estimator: str, device_type: str, outcomes: Sequence[Outcome], *, 
         if q_i is None:
             continue
         held += 1
-        covered += int(o.score <= q_i)
+        covered += int(o.score <= widening(q_i))  # the interval that would have been delivered
     coverage = covered / held if held else None
     level = 1.0 - alpha
 
     def result(ok: bool, reason: str) -> Calibration:
-        return Calibration(estimator, device_type, alpha, n, q, coverage, ok, reason)
+        return Calibration(estimator, device_type, alpha, n, q, coverage, ok, reason, held)
 
     if n < min_outcomes:
         what = f" of kind {group}" if group else ""
         return result(False, f"{n} outcome(s){what} on {device_type}, fewer than the {min_outcomes} calibration needs")
     if q is None or coverage is None:
         return result(False, f"{n} outcome(s) are too few for a finite conformal quantile at {level:g}")
+    measured = f"measured coverage {coverage:.3f} over {held} checked of {n} outcomes"
     if coverage < level - 2 * math.sqrt(alpha * level / held):
-        return result(False, f"measured coverage {coverage:.3f} in time order ({held} outcome(s) checked) is below "
-                      f"{level:g} by more than two standard errors: the estimator's errors are not exchangeable (drift, or outcomes far off)")
-    return result(True, f"{n} outcome(s); conformal widening {q:+.2f} interval widths; measured coverage "
-                  f"{coverage:.3f} in time order over {held}")
+        return result(False, f"{measured} (in time order) is below {level:g} by more than two standard errors: "
+                      "the estimator's errors are not exchangeable (drift, or outcomes far off)")
+    needed = min_checks(alpha)
+    if held < needed:
+        return result(False, f"{measured}: coverage checked on {held} outcome(s); deciding needs {needed} at "
+                      f"{level:g} (where two standard errors are at most {alpha:g})")
+    clamp = f" (quantile {q:+.2f}: never narrower than the estimator's own)" if q < 0 else ""
+    return result(True, f"{measured} (in time order); conformal widening {widening(q):+.2f} interval widths{clamp}")

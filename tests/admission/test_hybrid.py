@@ -49,7 +49,9 @@ def _prediction(interval: tuple[float, float] | None, *, estimator: str = "trans
     lo, hi = interval or (0.0, 4.0)
     return PredictionRef(resident="comms", estimator=estimator, lo_pct=lo, hi_pct=hi, point_pct=(lo + hi) / 2,
                          calibrated_interval_pct=interval if calibrated else None, calibrated=calibrated,
-                         confidence_level=0.9, coverage=coverage, outcomes=40, calibration="test")
+                         confidence_level=0.9, coverage=coverage, outcomes=40,
+                         calibration="measured coverage 0.970 over 31 checked of 40 outcomes (in time order); "
+                                     "conformal widening +0.10 interval widths")
 
 
 BOUND = load_request(SNAP, EMB).policy.budget_for("training").max_resident_slowdown_pct
@@ -74,7 +76,7 @@ def test_predicted_decision(decide: tuple[str, ...], prediction: PredictionRef |
         return
     assert decision is not None and decision.verdict == expected and decision.decided_by == "predicted"
     assert decision.probe is None and decision.predictions[0].used_as == "decision"
-    assert "measured coverage 0.970 over 40 outcomes" in decision.reason
+    assert "measured coverage 0.970 over 31 checked of 40 outcomes" in decision.reason
 
 
 def test_a_resident_without_a_profile_is_never_predicted_away() -> None:
@@ -86,9 +88,10 @@ def test_a_resident_without_a_profile_is_never_predicted_away() -> None:
 # --------------------------------------------------------------------------- end to end
 
 
-def _seed_history(url: str, req: Request, n: int = 40, mean: float = 1.0) -> None:
+def _seed_history(url: str, req: Request, n: int = 50, mean: float = 1.0) -> None:
     """``n`` probe outcomes of earlier candidate versions, an hour apart: each record's earlier ones
-    are its transfer neighbours, so the transfer estimator has ``n - 1`` calibration outcomes."""
+    are its transfer neighbours, so the transfer estimator has ``n - 1`` calibration outcomes (at 0.9,
+    the first 9 give the first finite quantile and the other 40 are checked: deciding needs 36)."""
     rng = random.Random(3)
     engine = open_store(url)
     try:
@@ -119,9 +122,10 @@ def test_a_calibrated_trusted_prediction_decides_without_a_probe(tmp_path: Path)
     assert cert.verdict == "admit" and cert.decided_by == "predicted" and cert.probe is None
     (p,) = cert.predictions
     assert p.estimator == "transfer" and p.used_as == "decision" and p.calibrated
-    assert p.outcomes == 39 and p.coverage is not None and p.coverage >= 0.8
+    assert p.outcomes == 49 and p.coverage is not None and p.coverage >= 0.8
+    assert "over 40 checked of 49 outcomes" in p.calibration and "over 40 checked of 49 outcomes" in cert.reason
     assert p.calibrated_interval_pct is not None and p.calibrated_interval_pct[1] <= BOUND
-    assert _count(path, "evidence") == 40  # nothing measured, nothing recorded
+    assert _count(path, "evidence") == 50  # nothing measured, nothing recorded
     text = certificate_text(cert)
     assert "decided by predicted" in text and "predicted for comms by transfer" in text
     assert "decided without a probe" in text and "measured coverage" in text
@@ -214,3 +218,38 @@ def test_a_policy_cannot_trust_an_estimator_it_does_not_consult() -> None:
     req = load_request(SNAP, EMB)
     with pytest.raises(ValueError, match="decide_on_prediction names analytical"):
         req.policy.model_validate({**req.policy.model_dump(), "decide_on_prediction": ("analytical",)})
+
+
+def test_coverage_checked_on_two_outcomes_never_decides(tmp_path: Path) -> None:
+    """The reported case in miniature: a policy that trusts transfer with min_calibration_outcomes 10,
+    and a store of 12 records (11 transfer outcomes; at 0.9 the first 9 give the first finite quantile,
+    so 2 are checked). The prediction is shown and the pair probed; the certificate says why."""
+    path = tmp_path / "e.sqlite3"
+    url = migrated_sqlite(path)
+    req = _request()
+    req = dataclasses.replace(req, policy=req.policy.model_validate(
+        {**req.policy.model_dump(), "min_calibration_outcomes": 10}))
+    _seed_history(url, req, n=12)
+    cert = admit(req, db_url=url, now=lambda: T0)
+    assert cert.decided_by != "predicted" and cert.probe is not None
+    (p,) = cert.predictions
+    assert p.outcomes == 11 and not p.calibrated and p.used_as != "decision"
+    assert "over 2 checked of 11 outcomes" in p.calibration
+    assert "coverage checked on 2 outcome(s); deciding needs 36 at 0.9" in p.calibration
+    assert "deciding needs 36" in certificate_text(cert)
+
+
+def test_a_consulted_estimator_that_cannot_predict_is_a_caveat(tmp_path: Path) -> None:
+    """An empty store: transfer has no neighbouring evidence. Alone, the certificate has no prediction
+    and says no consulted estimator could predict the resident; beside analytical, it says transfer
+    could not."""
+    url = migrated_sqlite(tmp_path / "e.sqlite3")
+    cert = admit(_request(estimators=("transfer",), decide=("transfer",)), db_url=url, now=lambda: T0)
+    assert cert.predictions == ()
+    assert any(c.startswith("no consulted estimator (transfer) could predict resident comms") for c in cert.caveats)
+    assert "note: no consulted estimator (transfer) could predict resident comms" in certificate_text(cert)
+    url2 = migrated_sqlite(tmp_path / "f.sqlite3")
+    cert = admit(_request(estimators=("transfer", "analytical"), decide=()), db_url=url2, now=lambda: T0)
+    (p,) = cert.predictions
+    assert p.estimator == "analytical"
+    assert any(c.startswith("estimator transfer could not predict resident comms: ") for c in cert.caveats)
