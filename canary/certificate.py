@@ -221,6 +221,8 @@ class PredictionRef(Model):
     confidence_level: float | None = Field(default=None, description="the level the calibration was made at")
     coverage: float | None = None
     outcomes: int = 0
+    checked: int = Field(default=0, description="of the outcomes, how many were checked in time order against "
+                         "the interval calibrated on those before them: the measured coverage rests on these")
     calibration: str = Field(default="", description="what the calibration found, or why the estimator is uncalibrated")
     inputs: tuple[str, ...] = ()
     detail: str = ""

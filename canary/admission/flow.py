@@ -326,7 +326,8 @@ def prediction_ref(a: Assessment, level: float) -> PredictionRef:
         resident=a.resident, estimator=est.estimator, group=est.group, key_digest=a.key_digest, lo_pct=est.lo_pct,
         hi_pct=est.hi_pct,
         point_pct=est.point_pct, calibrated_interval_pct=a.calibrated_interval, calibrated=cal.calibrated,
-        confidence_level=level, coverage=cal.coverage, outcomes=cal.outcomes, calibration=cal.reason,
+        confidence_level=level, coverage=cal.coverage, outcomes=cal.outcomes, checked=cal.checked,
+        calibration=cal.reason,
         inputs=est.inputs, detail=est.detail)
 
 

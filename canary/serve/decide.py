@@ -15,7 +15,7 @@ the store (bookings, evidence) and the clock, never the documents. So a decision
   admission costs no thread hand-off), after, on a device with MIG on only, the MIG instances booked
   on it (one more statement, in a worker thread: they can change the regime and so the pair keys); stage 1 (memoised by its exact inputs, ``Stage1Memo``); settle
   (``canary.admission.decisions.settle``); where a pair has no usable evidence and the policy names
-  estimators, hybrid admission as ``canary admit`` does it (``consult_estimators``, in a worker
+  estimators, hybrid admission as ``canary admit`` does it (``consult_estimators_noted``, in a worker
   thread: it reads the store), whose calibrated, trusted prediction may decide; then answer, book and
   store (``record_admission``, in a worker thread when it writes), or queue a probe (one per pair
   key), which the runner runs through ``admit_async`` with the predictions as its priors. A decision
@@ -42,7 +42,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from canary._model import utcnow
 from canary.admission.decisions import Decision, PairEvidence, make_certificate, settle
-from canary.admission.flow import consult_estimators, record_admission
+from canary.admission.flow import consult_estimators_noted, record_admission
 from canary.admission.store import BOOKED_SOURCE, EvidenceAccess, evidence_from_rows, request_keys
 from canary.certificate import Certificate, HardFit
 from canary.serve.bodies import Prepared, pinned
@@ -141,7 +141,7 @@ async def admission(svc: Service, prepared: Prepared, t0: float) -> Response:
         # evidence, so a cached decision never reaches the estimators; they read the store: a worker thread.
         # A policy that trusts none of them to decide gets no decision from them here (predicted_decision):
         # its predictions only shape the probe, and the runner makes them when the probe starts.
-        predicted = None if not (prepared.estimators and req.policy.decide_on_prediction) else (
+        predicted, notes = (None, ()) if not (prepared.estimators and req.policy.decide_on_prediction) else (
             await anyio.to_thread.run_sync(lambda: _predicted(svc, prepared, req, evidence), limiter=svc.decisions))
         if predicted is None:  # the probe runs with the predictions as its priors (the runner's admit_async)
             ticket, joined = await anyio.to_thread.run_sync(
@@ -150,6 +150,8 @@ async def admission(svc: Service, prepared: Prepared, t0: float) -> Response:
             svc.history.add(_history(prepared, "probe"))
             return probe_accepted(svc, ticket, joined)
         decision = predicted
+        if notes:  # what a consulted estimator could not predict is on the certificate, as canary admit puts it
+            hard = hard.model_copy(update={"caveats": (*hard.caveats, *notes)})
     if prepared.reserve:  # books the memory of an admit and stores the certificate: a write transaction
         cert = await anyio.to_thread.run_sync(lambda: _record(svc, req, hard, decision), limiter=svc.decisions)
     else:
@@ -158,13 +160,15 @@ async def admission(svc: Service, prepared: Prepared, t0: float) -> Response:
     return _certificate(svc, "admissions", cert, t0)
 
 
-def _predicted(svc: Service, prepared: Prepared, req: Question, evidence: list[PairEvidence]) -> Decision | None:
-    """The decision the policy's calibrated, trusted predictions make without a probe, or ``None``
-    (blocking: the estimators and their calibration read the store)."""
+def _predicted(svc: Service, prepared: Prepared, req: Question,
+               evidence: list[PairEvidence]) -> tuple[Decision | None, tuple[str, ...]]:
+    """The decision the policy's calibrated, trusted predictions make without a probe, or ``None``, and
+    the notes of the estimators that could not predict a resident (blocking: the estimators and their
+    calibration read the store)."""
     with svc.metrics.store_op("estimate"):
-        _, decision = consult_estimators(req, svc.engine, evidence, seed=prepared.resolved.queued.seed,
-                                         estimators=prepared.estimators)
-    return decision
+        _, decision, notes = consult_estimators_noted(req, svc.engine, evidence, seed=prepared.resolved.queued.seed,
+                                                      estimators=prepared.estimators)
+    return decision, notes
 
 
 def _record(svc: Service, req: Question, hard: HardFit, decision: Decision) -> Certificate:

@@ -162,7 +162,7 @@ def _key(req: Request, **changes: str) -> PairKey:
     return PairKey(**{**key.as_dict(), **changes})
 
 
-def _seed_history(url: str, req: Request, now: dt.datetime, n: int = 40, mean: float = 1.0) -> None:
+def _seed_history(url: str, req: Request, now: dt.datetime, n: int = 50, mean: float = 1.0) -> None:
     """``n`` probe outcomes of earlier candidate versions, an hour apart up to ``now``: each record's
     earlier ones are its transfer neighbours, so the transfer estimator has ``n - 1`` calibration
     outcomes on this device type."""
@@ -232,10 +232,12 @@ def test_a_calibrated_trusted_prediction_answers_200_as_canary_admit_decides(
     (q,) = cli.predictions
     assert p["estimator"] == "transfer" and p["used_as"] == "decision" and p["calibrated"]
     assert p["calibrated_interval_pct"] == pytest.approx(list(q.calibrated_interval_pct or ()))
-    assert p["outcomes"] == q.outcomes == 39 and p["coverage"] == pytest.approx(q.coverage)
+    assert p["outcomes"] == q.outcomes == 49 and p["coverage"] == pytest.approx(q.coverage)
+    # deciding at 0.9 needs ceil(4 × 0.9 / 0.1) = 36 time-ordered checks (docs/estimators.md)
+    assert p["checked"] == q.checked and 36 <= p["checked"] < p["outcomes"]
     # booked and recorded like any decision: the reservation, the certificate, the admission history
     server.stop()  # the history is written in batches; stopping the server flushes it
-    assert _count(path, "evidence") == 40  # nothing measured, nothing recorded
+    assert _count(path, "evidence") == 50  # nothing measured, nothing recorded
     assert _count(path, "serve_probes") == 0  # and no probe was queued
     assert _count(path, "reservations") == 1 and _count(path, "certificates") == 1
     with sqlite3.connect(path) as conn:
