@@ -24,6 +24,8 @@ CASES = [
     ("h-hidden-context", "llm-decode", None, "no", "reject", "compute_mode"),
     ("i-uncatalogued-live", "llm-decode", None, "unknown", "unknown", "candidate_kernels"),
     ("j-mi300x-spx", "resnet50-training", None, "yes", "admit", None),
+    # (d) with a candidate that fits a 3g.40gb instance (12.5 GiB of 37.5): only the placement is short.
+    ("d-mig-no-placement", "sd-unet-serving", "mig:3g.40gb", "no", "reject", "mig_placement"),
 ]
 
 
