@@ -174,8 +174,10 @@ def _hard_fit() -> list[Scenario]:
                         "44 GiB held + 42 GiB peak exceed 80 GiB"))
 
     d = _example_snapshot("d-mig-no-placement")
+    # The candidate fits a 3g.40gb's memory (12.5 GiB): what refuses it is the placement alone. LLM decode
+    # (42 GiB) would be refused by the instance's memory first, for good (hbm, never).
     out.append(Scenario("mig-fragmented-3g", "hard-mig", "two 1g.10gb instances break both 3g.40gb placements",
-                        d, ex("llm-decode"), "mig:3g.40gb", "physical",
+                        d, ex("sd-unet-serving"), "mig:3g.40gb", "physical",
                         "example (d): six of eight slices free, no aligned 4-slice run", quick=True))
     emb = ex("embedding-service")
     insts = (MigInstance(profile="4g.40gb", start=0, size=4, holder="trainer"),
@@ -183,7 +185,7 @@ def _hard_fit() -> list[Scenario]:
     out.append(Scenario("mig-4g-2g-taken", "hard-mig", "4g.40gb + 2g.20gb taken: two slices left for a 3g.40gb",
                         _snapshot("h100-sxm", [("trainer", ex("resnet50-training"), None), ("embedder", emb, None)],
                                   regime="mig:3g.40gb", mig_instances=insts, uuid=_uuid(6)),
-                        ex("llm-decode"), "mig:3g.40gb", "physical",
+                        ex("sd-unet-serving"), "mig:3g.40gb", "physical",
                         "only slices 6-7 are free; a 3g.40gb needs four"))
     h200 = (MigInstance(profile="3g.71gb", start=0, size=4, holder="trainer"),
             MigInstance(profile="3g.71gb", start=4, size=4, holder="prefill"))
