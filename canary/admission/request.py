@@ -108,7 +108,8 @@ def build_request(
 
         device = ResolvedDevice(snapshot=snap, spec=device.spec, ref=device.ref, kind=device.kind)
     if regime is not None:
-        chosen, why = (parse_regime(regime) if isinstance(regime, str) else regime), "given with --regime"
+        # The asker's own words: --regime on the command line, the body's field or the pod's annotation.
+        chosen, why = (parse_regime(regime) if isinstance(regime, str) else regime), f"given ({regime_field})"
         if device.spec.vendor == "amd" and chosen.kind in ("mig", "mps", "green"):
             raise InputError(f"regime {chosen} is NVIDIA-only; {device.spec.name} is an AMD device", field=regime_field)
         return Request(device=device, candidate=candidate, policy=policy, regime=chosen, regime_chosen_by=why,

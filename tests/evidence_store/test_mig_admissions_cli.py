@@ -126,7 +126,7 @@ def test_a_given_regime_moves_along_the_free_starts_too(cli: Admit) -> None:
               for _ in range(3)]
     assert starts == ["1g.18gb@4", "1g.18gb@5", "1g.18gb@6"]
     cert = cli.admit(EMBEDDING, "--regime", "mig:1g.18gb", want=1)
-    assert cert["limiting_resource"] == "mig_placement" and cert["regime_chosen_by"] == "given with --regime"
+    assert cert["limiting_resource"] == "mig_placement" and cert["regime_chosen_by"] == "given (--regime)"
     assert all(s in cert["reason"] for s in starts), cert["reason"]
 
 
