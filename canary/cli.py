@@ -141,11 +141,32 @@ def _on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM (a CronJob's deadline, a pod's termination, ``kill``) is handled as Ctrl-C is — whatever
     handles SIGINT now (Python's, or asyncio's runner, which cancels the running task so a probe's
     shielded rollback and journal run) gets a SIGINT — instead of the process dying with its candidate
-    running and its journal row ``running`` until the lease expires. Noted, for the exit code (143)."""
+    running and its journal row ``running`` until the lease expires. Noted, for the exit code (143).
+
+    Where SIGINT is ignored — a script's background job (``canary warm plan &``) inherits that from the
+    shell — nothing would take it: the interrupt is raised here instead. Inside a task group it arrives
+    wrapped in an exception group, which ``_dispatch`` unwraps; the probe's rollback is shielded either way."""
     import signal
 
     _terminated.append(True)
-    signal.raise_signal(signal.SIGINT)
+    if callable(signal.getsignal(signal.SIGINT)):
+        signal.raise_signal(signal.SIGINT)
+    else:
+        import logging
+
+        # The process is ending: asyncio would log the interrupt again, with a traceback, as it cancels
+        # the tasks that are left; the last line (``_interrupted``) says what happened.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        raise KeyboardInterrupt
+
+
+def _interrupted() -> int:
+    """The last line and exit code of a command stopped by Ctrl-C (130) or SIGTERM (143)."""
+    if _terminated:
+        _stderr(f"canary: terminated (SIGTERM){_AFTER_INTERRUPT}\n")
+        return 143
+    _stderr(f"canary: interrupted{_AFTER_INTERRUPT}\n")
+    return 130
 
 
 def _run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
@@ -190,11 +211,11 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> in
         _stderr("canary: " + "\n".join(printable(line) for line in str(exc).split("\n")) + "\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        if _terminated:
-            _stderr(f"canary: terminated (SIGTERM){_AFTER_INTERRUPT}\n")
-            return 143
-        _stderr(f"canary: interrupted{_AFTER_INTERRUPT}\n")
-        return 130
+        return _interrupted()
+    except BaseExceptionGroup as group:  # an interrupt raised inside a task group (``_on_sigterm``)
+        if group.split(KeyboardInterrupt)[1] is not None:
+            raise
+        return _interrupted()
     except BrokenPipeError:
         return 0
     except ValueError as exc:  # os.stat/open on a name with a NUL byte: bad input, not a crash

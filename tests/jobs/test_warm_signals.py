@@ -50,11 +50,19 @@ def _first_probed_line(proc: subprocess.Popen[bytes], timeout_s: float) -> bytes
     return seen
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.slow
-def test_sigterm_stops_a_warm_job_as_ctrl_c_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_stops_a_warm_job_as_ctrl_c_does(tmp_path: Path, sigint: str) -> None:
+    """``ignored``: the job starts with SIGINT ignored, as a script's background job (``canary warm plan
+    &``) inherits it from the shell — SIGTERM must stop it all the same (it ran to the end, exit 0)."""
     url = migrated_sqlite(tmp_path / "store.sqlite3")
     proc = subprocess.Popen([*canary_cmd(), "--db", url, "warm", str(_plan(tmp_path))], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=cli_env(tmp_path), stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, env=cli_env(tmp_path), stdin=subprocess.DEVNULL,
+                            preexec_fn=_ignore_sigint if sigint == "ignored" else None)
     try:
         before = _first_probed_line(proc, timeout_s=120)
         proc.send_signal(signal.SIGTERM)
