@@ -167,6 +167,13 @@ class ProbeSummary(Model):
         description="why the candidate never ran, when it did not: 'resident-over-slo' (the resident breaches "
         "its SLO alone: not now) or 'unmeasurable' (no window the budget allows holds a statistic)",
     )
+    contrast_sd: float | None = Field(
+        default=None,
+        description="standard deviation of the judge's per-pair contrasts at the bound ((on − bound·off) / "
+        "(bound·scale)): the noise per pair a verdict must overcome. A fixed-size test at this confidence "
+        "needs about (z · contrast_sd / gap)² pairs for an even chance, gap being the true ratio's distance "
+        "from the bound over the bound (docs/canary.md)",
+    )
     attribution: str | None = Field(
         default=None,
         description="the attribution test behind an SLO or guard rollback: windows over the threshold with "

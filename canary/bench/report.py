@@ -301,6 +301,11 @@ def why_data(w: dict[str, Any]) -> str:
         parts.append(_clip(str(p["attribution"]), 200))
     if p.get("safe_reachable") is False:
         parts.append("**safe out of reach**: the time budget could not hold the pairs a safe verdict needs")
+    oracle = w.get("oracle_pairs")
+    if oracle is not None and isinstance(p.get("contrast_sd"), int | float):
+        had = w.get("probe_pairs")
+        parts.append(f"per-pair spread {p['contrast_sd']:.2f}: a fixed test told the truth needs ≥ {oracle} pairs"
+                     + (f" (the probe had {had})" if had else ""))
     if p.get("window_plan"):
         parts.append(_clip(str(p["window_plan"]), 160))
     used = f"{_fmt(p.get('time_used_s'), 0)} s simulated"
@@ -359,6 +364,17 @@ def _why_section(doc: dict[str, Any], w: Any) -> None:
         w(f"Of the {unknowns} unknowns, {unreachable} came from probes whose time budget could not hold the pairs "
           "a safe verdict needs (the coverage horizon's or the burst rule's `min_safe_pairs`): their plan said so "
           "before the candidate started, and only an unsafe verdict was within reach (`probe.safe_reachable`).\n")
+        oracle = doc.get("engine_oracle_by_seed") or {}
+        probed = [o for v in oracle.values() for o in v]
+        if probed:
+            beyond = [o for o in probed if o["oracle_pairs"] is not None and o["oracle_pairs"] > o["pairs"]]
+            w(f"Of the {len(probed)} unknowns whose probe ran out its budget or stopped as futile, "
+              f"{len(beyond)} had a truth so near the bound, for the spread between pairs their probe measured, "
+              "that a fixed-size test at the same confidence, *told* the true slowdown, would need more pairs "
+              "than the probe had for an even chance (`oracle_pairs` in results.json; needed / had: "
+              + (", ".join(f"{o['oracle_pairs']} / {o['pairs']}" for o in sorted(beyond, key=lambda o: o["oracle_pairs"]))
+                 or "none") + "). No rule at that confidence "
+              "decides those within the budget; a sequential test needs more pairs still.\n")
     w("Time to admission by family (full engine, every seed of the run): `time_to_admission_by_family.png`.\n")
 
 

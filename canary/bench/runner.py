@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import math
+import re
 import statistics
 import tempfile
 import time
@@ -109,7 +111,7 @@ def rejection_cause(decision: Decision) -> str | None:
 #: The probe's fields results.json keeps for the full engine's canary decisions (its id is random).
 PROBE_FIELDS = ("outcome", "decided_by_rule", "abort_cause", "time_used_s", "exposure_used", "windows", "window_s",
                 "window_plan", "safe_reachable", "attribution", "rollback_reason", "slowdown_estimate_pct", "slowdown_interval_pct",
-                "slowdown_estimand", "confidence")
+                "slowdown_estimand", "confidence", "contrast_sd")
 
 
 def probe_doc(decision: Decision) -> dict[str, Any] | None:
@@ -288,6 +290,7 @@ def run_suite(*, quick: bool, seed: int, progress: Progress | None = None,
         "seed_streams": "truth and probe draw from independent seeds per scenario (scenario_seed streams)",
     }
     doc["engine_why_counts"] = why_counts(doc["engine_why"])
+    doc["engine_oracle_by_seed"] = {str(doc["seed"]): oracle_by_seed(doc["engine_why"])}
     doc["wall_total_s"] = time.perf_counter() - wall_start
     return doc
 
@@ -338,6 +341,7 @@ def run_seeds(*, quick: bool, seeds: Sequence[int], progress: Progress | None = 
     doc["engine_defects_by_seed"] = {str(s): [x["scenario"] for x in d["engine_defects"]]
                                      for s, d in zip(seeds, docs, strict=True)}
     doc["engine_why_counts_by_seed"] = {str(s): d["engine_why_counts"] for s, d in zip(seeds, docs, strict=True)}
+    doc["engine_oracle_by_seed"] = {str(s): oracle_by_seed(d["engine_why"]) for s, d in zip(seeds, docs, strict=True)}
     doc["engine_canary_admits_by_seed"] = {str(s): d["engine_canary_admits"] for s, d in zip(seeds, docs, strict=True)}
     pooled = [v for d in docs for v in d["engine_canary_admits"]["values_s"]]
     doc["engine_canary_admits_over_seeds"] = {"n": len(pooled), "median_s": statistics.median(pooled) if pooled else None}
@@ -404,8 +408,46 @@ def engine_why(rows: Sequence[Row]) -> list[dict[str, Any]]:
             "probe": probe_doc(d),
             "reason": d.reason,
             "error": d.error,
+            "oracle_pairs": oracle_pairs(t, d),
+            "probe_pairs": probe_pairs(d),
         })
     return out
+
+
+def probe_pairs(decision: Decision) -> int | None:
+    """The usable pairs a probe that ran out its budget (``budget``) or stopped as futile had — all the
+    budget held, read from the judge's reason; ``None`` for a probe another rule ended."""
+    if decision.probe is None or decision.probe.get("decided_by_rule") not in ("budget", "futility"):
+        return None
+    m = (re.search(r"the (\d+) pair\(s\) the budget allows", decision.reason or "")
+         or re.search(r"settled after (\d+) pair", decision.reason or ""))
+    return int(m.group(1)) if m else None
+
+
+def oracle_by_seed(why: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The headline unknowns a probe ran out (``probe_pairs`` known): scenario, ``oracle_pairs``, ``probe_pairs``."""
+    return [{"scenario": w["scenario"], "oracle_pairs": w["oracle_pairs"], "pairs": w["probe_pairs"]}
+            for w in why if w["headline"] and w["kind"] == "unknown" and w["probe_pairs"] is not None]
+
+
+def oracle_pairs(truth: Truth, decision: Decision) -> int | None:
+    """Pairs a fixed-size one-sided test at the probe's confidence would need for an even chance of
+    settling the bound, were it told the true slowdown and given the spread the probe measured:
+    ``⌈(z · sd / |μ|)²⌉`` with ``μ = (1 + truth) / (1 + bound) − 1`` the mean contrast at the bound
+    (docs/canary.md). A floor for any rule at that confidence, sequential ones need more; ``None``
+    without a probe's spread, a truth or a bound, or with the truth on the bound."""
+    p = decision.probe
+    if p is None or truth.resident_slowdown_pct is None or truth.bound_pct is None:
+        return None
+    sd = p.get("contrast_sd")
+    conf = p.get("confidence") or (p.get("budget") or {}).get("required_confidence") or decision.confidence
+    if not isinstance(sd, int | float) or not isinstance(conf, int | float) or not 0.5 < conf < 1:
+        return None
+    mu = (1 + truth.resident_slowdown_pct / 100) / (1 + truth.bound_pct / 100) - 1
+    if mu == 0:
+        return None
+    z = statistics.NormalDist().inv_cdf(conf)
+    return math.ceil((z * sd / abs(mu)) ** 2)
 
 
 def why_counts(why: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:

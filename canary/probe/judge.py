@@ -752,6 +752,10 @@ class Judgment:
     rule: DecidingRule = "none"
     out_of_range_pairs: int = 0
     lag1_autocorrelation: float | None = None
+    #: Sample standard deviation of the tested per-pair contrasts at the bound (``z_i`` in units of the
+    #: scale; ``None`` under two). The per-pair noise a verdict has to overcome: a fixed-size test at
+    #: level α whose mean contrast is ``μ`` needs about ``(z_α · sd / |μ|)²`` pairs for an even chance.
+    contrast_sd: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -928,7 +932,9 @@ def judge(
         reason = f"{est}; the bound {limit:g}% is not settled after {tested} pair(s); continuing"
     if notes:
         reason += "; " + "; ".join(notes)
+    finite = z[0][np.isfinite(z[0])]
+    spread = float(np.std(finite, ddof=1)) if finite.size >= 2 else None
     return Judgment(
         label, estimate, interval, conf, len(pairs), raw, reason, dropped, no_data, stalled, rule,
-        out_of_range, lag1,
+        out_of_range, lag1, spread,
     )

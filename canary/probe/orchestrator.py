@@ -166,6 +166,12 @@ class ProbeResult:
     attribution: str | None = None
     safe_reachable: bool | None = None
 
+    @property
+    def contrast_sd(self) -> float | None:
+        """The judge's per-pair contrast spread (:attr:`canary.probe.judge.Judgment.contrast_sd`)."""
+        sd = self.judgment.contrast_sd if self.judgment is not None else None
+        return sd if sd is not None and math.isfinite(sd) else None
+
     def to_summary_dict(self) -> dict[str, Any]:
         """Fields of :class:`canary.certificate.ProbeSummary` (JSON-safe: no infinities)."""
         interval = self.slowdown_interval_pct
@@ -198,6 +204,7 @@ class ProbeResult:
             "window_s": self.window_s,
             "window_plan": self.window_plan,
             "safe_reachable": self.safe_reachable,
+            "contrast_sd": self.contrast_sd,
             "abort_cause": self.abort_cause,
             "attribution": self.attribution,
         }

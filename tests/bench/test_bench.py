@@ -3,6 +3,7 @@ truth of the hard-fit counterexamples, and the scoring rules."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -148,6 +149,14 @@ def test_report_says_why_each_unknown_and_false_reject(quick_run: tuple[subproce
     unreachable = sum(e.get("safe_unreachable", 0) for c in results["engine_why_counts_by_seed"].values()
                       for e in c["headline"].values())
     assert unreachable >= 1 and f"{unreachable} came from probes whose time budget could not hold" in section
+    # Each unknown a probe ran out carries the pairs a fixed test told the truth would need, and the report
+    # lists those beyond the pairs the probe had.
+    ran_out = [o for v in results["engine_oracle_by_seed"].values() for o in v]
+    assert any(o["scenario"] == "temporal-bursty-lc-mps" for o in ran_out)
+    beyond = [o for o in ran_out if o["oracle_pairs"] is not None and o["oracle_pairs"] > o["pairs"]]
+    assert (f"Of the {len(ran_out)} unknowns whose probe ran out its budget or stopped as futile, {len(beyond)} "
+            in section)
+    assert all(f"{o['oracle_pairs']} / {o['pairs']}" in section for o in beyond)
     assert "`time_to_admission_by_family.png`" in section
     assert (out / "time_to_admission_by_family.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -337,6 +346,33 @@ def test_coresidency_truth_comes_from_the_compiled_reference_table() -> None:
         assert truth.resource == table[sc.id]["resource"] and "cuda_occupancy.h" in truth.detail
     if missing_reason() is None:
         assert compute()["scenarios"] == table
+
+
+def test_oracle_pairs_is_the_fixed_test_sample_size_told_the_truth() -> None:
+    """Told the truth (7.3% against a 10% bound) and the probe's spread (0.11 per pair), a one-sided
+    test at 95% needs n with 1.645 · 0.11 / √n = 1 − 1.073 / 1.1 = 0.02455 for an even chance:
+    n = (1.645 · 0.11 / 0.02455)² = 54.3 → 55 (z = 1.6449, exactly 54.33). A probe another rule ended
+    has no budget-bound pair count; one without a spread has no oracle."""
+    from canary.bench.policies import Decision
+    from canary.bench.runner import oracle_pairs, probe_pairs
+    from canary.bench.truth import Truth
+
+    truth = Truth(safe=True, resource=None, kind="interference", bound_pct=10.0, resident_slowdown_pct=7.3,
+                  resident_p99_slowdown_pct=None, detail="")
+    probe = {"contrast_sd": 0.11, "confidence": None, "budget": {"required_confidence": 0.95},
+             "decided_by_rule": "budget"}
+    d = Decision(verdict="unknown", decided_by="canary", limiting_resource=None, time_to_admission_s=240.0,
+                 exposure=2000, probe=probe,
+                 reason="budget ended: …; neither side of the bound 10% settled after 5 pair(s); …")
+    assert oracle_pairs(truth, d) == 55
+    assert probe_pairs(d) == 5
+    futile = dataclasses.replace(d, probe={**probe, "decided_by_rule": "futility"},
+                                 reason="…; the 10 pair(s) the budget allows could not settle the bound 10%: …")
+    assert probe_pairs(futile) == 10
+    assert probe_pairs(dataclasses.replace(d, probe={**probe, "decided_by_rule": "slo"})) is None
+    assert oracle_pairs(truth, dataclasses.replace(d, probe={**probe, "contrast_sd": None})) is None
+    on_bound = dataclasses.replace(truth, resident_slowdown_pct=10.0)
+    assert oracle_pairs(on_bound, d) is None
 
 
 @pytest.mark.parametrize(("decision", "rule", "cause"), [

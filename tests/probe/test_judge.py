@@ -96,6 +96,21 @@ def test_contrast_uses_the_scale_known_before_the_pair() -> None:
     assert z[0] == pytest.approx(expected)
 
 
+def test_judgment_carries_the_spread_of_its_contrasts_at_the_bound() -> None:
+    """``contrast_sd`` is the sample sd of the tested contrasts at the bound (the certificate's
+    ``probe.contrast_sd``), computed here by hand from the same windows; one tested pair has none."""
+    settings = replace(SETTINGS, max_resident_slowdown_pct=10.0)
+    offs, ons = [10.0, 12.0, 11.0, 10.0], [11.0, 13.2, 20.0, 9.0]
+    pairs = [WindowPair([o] * 5, [n] * 5) for o, n in zip(offs, ons, strict=True)]
+    j = judge(pairs, settings, budget_exhausted=True, baseline_ms=[8.0] * 5)
+    scales = [8.0, 9.0, 10.0, 10.25]  # baseline, then the mean of it and the off-windows before: 41 / 4
+    z = [(n - 1.1 * o) / (1.1 * s) for o, n, s in zip(offs, ons, scales, strict=True)]
+    mean = sum(z) / 4
+    assert j.contrast_sd == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in z) / 3))
+    one = judge(pairs[:1], settings, budget_exhausted=True, baseline_ms=[8.0] * 5)
+    assert one.contrast_sd is None
+
+
 def test_without_a_baseline_the_first_usable_pair_only_sets_the_scale() -> None:
     off = np.array([[10.0, 10.0, 10.0]])
     on = np.array([[11.0, 11.0, 11.0]])
