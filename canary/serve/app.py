@@ -50,6 +50,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
         # ~1.3 s and held every request for 90–100 ms (docs/serve.md).
         gc.collect()  # what is garbage already goes first: a frozen object is never collected
         gc.freeze()
+        restore_signals = svc.watch_stop_signals()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(svc.runner.serve)
@@ -58,6 +59,7 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
                 tg.cancel_scope.cancel()
             await svc.history.flush()  # admissions answered but not yet in the history
         finally:
+            restore_signals()
             await svc.reads.close()
         if engine is None:
             eng.dispose()

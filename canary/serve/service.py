@@ -55,6 +55,41 @@ class Service:
         # Registry entries are immutable once put (a different document under the same name@version is
         # refused), so an exact reference is read from the store once per process.
         self._registry_cache: dict[tuple[str, str, str], dict[str, Any]] = {}
+        # Set when the process is asked to stop (SIGTERM, SIGINT: ``watch_stop_signals``): long-polls
+        # answer at once instead of holding the connection until uvicorn's graceful timeout cancels them.
+        self.stopping = anyio.Event()
+
+    def watch_stop_signals(self) -> Callable[[], None]:
+        """Chain a handler in front of the server's own for SIGTERM and SIGINT that sets ``stopping``
+        (on the event loop); returns what restores the previous handlers. Only the main thread may set
+        handlers: elsewhere (an application embedded in a test's thread) it does nothing."""
+        import asyncio
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        previous: dict[int, Any] = {}
+
+        def on_signal(sig: int, frame: Any) -> None:
+            loop.call_soon_threadsafe(self.stopping.set)
+            before = previous.get(sig)
+            if callable(before):
+                before(sig, frame)
+            else:  # the default action (or ignored): as if this handler were not there
+                signal.signal(sig, before if before is not None else signal.SIG_DFL)
+                signal.raise_signal(sig)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                if signal.getsignal(sig) is on_signal:
+                    signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+        return restore
 
     def _verify_token(self, token: str, now: dt.datetime) -> TokenInfo | None:
         from evidence_store.service import tokens
