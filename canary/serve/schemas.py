@@ -65,6 +65,10 @@ class FeedbackRequest(DecisionRequest):
 
 class FeedbackResponse(_Body):
     evidence_id: str
+    key: dict[str, str] = Field(description="the pair key the violation was recorded under (resident and candidate "
+                                            "versions and shape families, device type, regime)")
+    regime_from: str = Field(description="where the regime came from: the body's `regime`, the stored admission "
+                                         "of the pair, or (no admission stored) the regime canary chooses")
 
 
 class Transition(_Body):

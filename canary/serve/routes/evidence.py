@@ -116,13 +116,41 @@ async def revoke_evidence(
 @router.post("/v1/feedback", dependencies=[Depends(require("feedback"))], response_model=S.FeedbackResponse,
              responses=ERRORS)
 async def feedback(body: S.FeedbackRequest, svc: Svc) -> S.FeedbackResponse:
-    """A production SLO violation for an admitted pair: recorded as evidence that outweighs passes."""
+    """A production SLO violation for an admitted pair: recorded as evidence that outweighs passes. Without
+    ``regime``, under the regime the pair's stored admission on this device was decided under (a 422
+    naming ``body.regime`` when there are several); the answer says which pair key it was recorded under."""
     from canary.admission import record_feedback
 
-    def work() -> str:
-        req = svc.resolve(body).request
-        with svc.metrics.store_op("feedback"):
-            return record_feedback(req, resident_name=body.resident_name, db_url=svc.url, engine=svc.engine,
-                                   observed_slowdown_pct=body.slowdown_pct, now=utcnow())
+    def work() -> S.FeedbackResponse:
+        from canary.admission.request import pair_key
+        from canary.serve.feedback import admitted_regimes
 
-    return S.FeedbackResponse(evidence_id=await anyio.to_thread.run_sync(work))
+        now = utcnow()
+        req = svc.resolve(body).request
+        regime_from = "body.regime"
+        resident = next((r for r in req.snapshot.residents if r.name == body.resident_name), None)
+        if body.regime is None:
+            regime_from = f"chosen by canary ({req.regime_chosen_by}): no admission of this pair on this device is stored"
+            if resident is not None:
+                admitted = svc.db("feedback_regime", lambda s: admitted_regimes(s, req, resident, now),
+                                  read_only=True)
+                if len(admitted) > 1:
+                    held = " with bookings held" if admitted[0].held else ""
+                    raise InputError(
+                        f"the pair ({body.resident_name}, {req.candidate.name}@{req.candidate.version}) was admitted "
+                        f"on this device under {len(admitted)} regimes{held}: "
+                        f"{', '.join(f'{a.regime} (certificate {a.certificate_id[:8]})' for a in admitted)}; "
+                        "say which one the violation was seen under", field="regime")
+                if admitted:
+                    one = admitted[0]
+                    req = svc.resolve(body.model_copy(update={"regime": one.regime})).request
+                    regime_from = (f"the stored admission of this pair (certificate {one.certificate_id}, booking "
+                                   f"{'held' if one.held else 'released or expired'})")
+        with svc.metrics.store_op("feedback"):
+            evidence_id = record_feedback(req, resident_name=body.resident_name, db_url=svc.url, engine=svc.engine,
+                                          observed_slowdown_pct=body.slowdown_pct, now=now)
+        key = pair_key(req, resident) if resident is not None else None
+        assert key is not None  # record_feedback refused a resident without a pair key
+        return S.FeedbackResponse(evidence_id=evidence_id, key=key.as_dict(), regime_from=regime_from)
+
+    return await anyio.to_thread.run_sync(work)
