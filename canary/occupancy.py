@@ -105,11 +105,37 @@ def _arch_rules(compute_capability: tuple[int, int]) -> _ArchRules:
         return rules(128, 24 if reduced else 32, _HOPPER_STEPS, 1 if reduced else 2)
     if major == 12 and minor in (0, 1):
         return rules(128, 24, _GA10X_STEPS, 1)
-    raise InputError(
+    raise UnmodelledDevice(
         f"compute capability {major}.{minor} is not modelled by {CUDA_OCC_HEADER_VERSION} "
-        "(it knows 7.x, 8.x, 9.x, 10.0/10.1/10.3, 11.0/11.1/11.3, 12.0/12.1)",
+        f"({MODELLED_CUDA_CAPABILITIES})",
         field="compute_capability",
     )
+
+
+MODELLED_CUDA_CAPABILITIES = "it knows 7.x, 8.x, 9.x, 10.0/10.1/10.3, 11.0/11.1/11.3, 12.0/12.1"
+
+# Named barriers per block: PTX `bar.sync a` takes a barrier id 0..15 on every architecture, so no
+# block has more than 16 whatever the device (the profile's `barriers` field has the same bound).
+MAX_BARRIERS_PER_BLOCK = 16
+
+
+class UnmodelledDevice(InputError):
+    """A device the occupancy rules have no tables for (a compute capability the header does not
+    model). Input a user typed (``canary occupancy --device``) is refused with it; stage 1 answers
+    *unknown* for the kernel resources of such a device instead (``unmodelled_reason``)."""
+
+
+def unmodelled_reason(spec: DeviceSpec) -> str | None:
+    """Why the CUDA occupancy rules cannot be applied to ``spec`` (a catalogued NVIDIA device whose
+    compute capability the header does not model), or ``None`` when they can (or it is not such a
+    device: uncatalogued and AMD devices are told apart by the callers)."""
+    if not spec.catalogued or spec.vendor != "nvidia" or spec.compute_capability is None:
+        return None
+    try:
+        _arch_rules(spec.compute_capability)
+    except UnmodelledDevice as exc:
+        return f"{spec.name}: {exc.problem}"
+    return None
 
 
 def _round_up(value: int, granularity: int) -> int:
@@ -283,6 +309,10 @@ def check_cuda_launch(
     block without threads. For what a user types (``canary occupancy``); stage 1 keeps the 0 blocks of
     the rules for a profile's kernel, as a finding that it can never launch."""
     _require_cuda(spec)
+    why = unmodelled_reason(spec)
+    if why is not None:
+        # The device was typed (--device), not its compute capability.
+        raise UnmodelledDevice(f"{why}: no occupancy can be computed for it", field="device")
     _check_kernel(registers_per_thread, threads_per_block, static_shared_bytes, dynamic_shared_bytes)
     if threads_per_block > spec.max_threads_per_block:
         raise _over_device_limit(spec, "threads_per_block", "threads per block", threads_per_block,
@@ -360,11 +390,15 @@ def cuda_occupancy(
 
     ``carveout_pct`` is the preferred shared-memory carveout (−1 or ``None``: the default,
     0: max L1, 100: max shared memory). Raises ``InputError`` for AMD devices, negative
-    counts, an empty block or a carveout outside −1…100.
+    counts, an empty block, more than 16 barriers per block (no device has more) or a carveout
+    outside −1…100; ``UnmodelledDevice`` for a compute capability the header does not model.
     """
     compute_capability = _require_cuda(spec)
     _check_kernel(registers_per_thread, threads_per_block, static_shared_bytes, dynamic_shared_bytes)
     _check_non_negative(barriers=barriers)
+    if barriers > MAX_BARRIERS_PER_BLOCK:
+        raise InputError(f"{barriers} named barriers per block: a block has at most {MAX_BARRIERS_PER_BLOCK} on every "
+                         "device (PTX bar.sync barrier ids 0..15)", field="barriers")
     carveout = -1 if carveout_pct is None else carveout_pct
     if isinstance(carveout, bool) or not isinstance(carveout, int) or not -1 <= carveout <= 100:
         raise InputError(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from canary._values import value_methods
 from canary.certificate import Finding, FitVerdict
 from canary.hardfit._context import FitContext, finding
-from canary.occupancy import OccupancyResult, barrier_slots_per_sm, kernel_occupancy
+from canary.occupancy import OccupancyResult, barrier_slots_per_sm, kernel_occupancy, unmodelled_reason
 
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
@@ -210,6 +210,10 @@ def check_sm_coresidency(ctx: FitContext) -> list[Finding]:
     if spec.vendor != "nvidia":
         return [finding("sm_coresidency", None, None, "blocks", "unknown", "catalog",
                         f"co-residency rules for {spec.vendor} devices are not modelled for concurrent regimes")]
+    unmodelled = unmodelled_reason(spec)
+    if unmodelled is not None:
+        return [finding("sm_coresidency", None, None, "blocks", "unknown", "occupancy rules",
+                        f"{unmodelled}: how blocks share its SMs is unknown")]
     persistent = _SmLoad()
     running = _SmLoad()
     unknown: list[str] = []
@@ -326,6 +330,10 @@ def check_launch(ctx: FitContext) -> list[Finding]:
                 out.append(finding("shared_memory", lds, cdna.lds_per_cu_bytes, "bytes", "no", f"{k.source} + catalog",
                                    f"kernel {k.name}: {lds} bytes of LDS exceed the CU's {cdna.lds_per_cu_bytes}",
                                    subject=k.name, shortfall="never"))
+    elif (unmodelled := unmodelled_reason(spec)) is not None:
+        # A catalogued device the occupancy rules have no tables for: a fact about the world, not bad input.
+        return [finding("candidate_kernels", "one block of each kernel", None, "blocks", "unknown", "occupancy rules",
+                        f"{unmodelled}: whether the candidate's kernels can launch is unknown")]
     else:
         for k in kernels:
             kk = _kernel(spec, k)
