@@ -232,9 +232,9 @@ def validate_snapshot(snapshot: DeviceSnapshot, spec: "DeviceSpec", *, file: str
     """Reject a snapshot that no device could produce; ``InputError`` names the file, field and problem.
 
     Checked: MIG instances listed while MIG is disabled; a MIG profile the device does not have; an
-    instance whose size is not its profile's or whose start is not a valid placement; an instance
-    past the last memory slice; overlapping instances; a resident in an instance that does not
-    exist; a resident (or all of them) observing more memory than the card has; used + reserved
+    instance whose size is not its profile's or whose start is not a valid placement; more instances
+    of a profile than its ``max_instances``; an instance past the last memory slice; overlapping
+    instances; a resident in an instance that does not exist; a resident (or all of them) observing more memory than the card has; used + reserved
     above the total; more green-context SMs than the device has; more MPS clients than its limit.
     Checks that need catalog numbers are skipped for a device the catalog lacks."""
 
@@ -264,6 +264,12 @@ def validate_snapshot(snapshot: DeviceSnapshot, spec: "DeviceSpec", *, file: str
                 starts = ", ".join(str(p.start) for p in profile.placements)
                 raise bad(f"{where}.start", f"{profile.name} cannot start at slice {inst.start} on {spec.name} "
                                             f"(valid starts: {starts})")
+            # Earlier instances were checked already, so their profiles resolve.
+            same = [j for j in range(i + 1) if spec.mig_profile(instances[j].profile).name == profile.name]
+            if len(same) > profile.max_instances:
+                raise bad(f"{where}.profile", f"{len(same)} {profile.name} instances listed (mig.instances"
+                                              f"{same}), but {spec.name} allows at most {profile.max_instances} "
+                                              f"(max_instances; catalog: {profile.source('max_instances')})")
         for j in range(i):
             other = instances[j]
             if inst.start < other.start + other.size and other.start < inst.start + inst.size:
