@@ -65,8 +65,9 @@ def check_hbm(ctx: FitContext) -> list[Finding]:
     shortfall: Shortfall = "now"
     if empty is not None and demand.memory_bytes > empty:
         shortfall = "never"
-        never = (f"more than the empty device could give ({format_bytes(empty)}: total − driver reserve − "
-                 "headroom); ")
+        shown_empty, shown_demand = _sizes(empty, demand.memory_bytes)
+        never = (f"more than the empty device could give ({shown_empty}: total − driver reserve − "
+                 f"headroom{'' if shown_demand == format_bytes(demand.memory_bytes) else f'; demand {shown_demand}'}); ")
     else:
         never = ""
     if unknown:
@@ -115,6 +116,16 @@ def check_unlisted_context(ctx: FitContext) -> list[Finding]:
                     f"(below {format_bytes(UNLISTED_CONTEXT_MIN_BYTES)}, an idle device's own use)")]
 
 
+def _sizes(*values: int) -> tuple[str, ...]:
+    """``format_bytes`` of each value, with the exact bytes appended to all of them when two different
+    values would read the same once rounded (``8.8 GiB for 8.8 GiB`` hides a 1-byte shortfall)."""
+    shown = tuple(format_bytes(v) for v in values)
+    if any(shown[i] == shown[j] and values[i] != values[j]
+           for i in range(len(values)) for j in range(i)):
+        return tuple(f"{text} ({value} B)" for text, value in zip(shown, values, strict=True))
+    return shown
+
+
 def _mig_instance_memory(ctx: FitContext) -> tuple[MigProfile | None, int | None, str]:
     """(profile, memory a new instance of the regime's profile offers less headroom, why unknown)."""
     name = ctx.regime.mig_profile or ""
@@ -143,14 +154,27 @@ def _check_mig_memory(ctx: FitContext) -> list[Finding]:
     nothing else, so a *no* here is ``never`` in this regime."""
     demand = ctx.demand.memory_bytes
     profile, available, why = _mig_instance_memory(ctx)
-    if profile is None:
-        return [finding("hbm", demand, None, "bytes", "unknown", "catalog", why)]
-    source = f"catalog ({profile.source('memory_bytes')})"
-    if available is None or profile.memory_bytes is None:
-        return [finding("hbm", demand, None, "bytes", "unknown", source, why, subject=profile.name)]
+    subject = profile.name if profile is not None else None
+    source = f"catalog ({profile.source('memory_bytes')})" if profile is not None else "catalog"
+    if available is None or profile is None or profile.memory_bytes is None:
+        # No instance holds more than the whole device: above the total (less the headroom of that
+        # much memory, the most favourable reading) the candidate can never fit, whatever the profile's
+        # memory turns out to be.
+        total = ctx.hbm.term("total")
+        if total.value is not None:
+            bound = total.value - ctx.policy.headroom_bytes(total.value)
+            if demand > bound:
+                shown_total, shown_bound, shown_demand = _sizes(total.value, bound, demand)
+                return [finding("hbm", demand, bound, "bytes", "no", f"{source}+{_tag(total.source)}",
+                                f"{why}, but no MIG instance holds more than the whole device: total {shown_total} "
+                                f"[{total.source}] − headroom = {shown_bound} for {shown_demand} (peak + context)",
+                                subject=subject, shortfall="never")]
+        return [finding("hbm", demand, None, "bytes", "unknown", source, why, subject=subject)]
     headroom = profile.memory_bytes - available
     verdict: FitVerdict = "yes" if demand <= available else "no"
+    shown_memory, shown_headroom, shown_available, shown_demand = _sizes(profile.memory_bytes, headroom, available,
+                                                                         demand)
     return [finding("hbm", demand, available, "bytes", verdict, source,
-                    f"MIG instance {profile.name}: {format_bytes(profile.memory_bytes)} − headroom {format_bytes(headroom)} "
-                    f"= {format_bytes(available)} for {format_bytes(demand)} (peak + context)",
+                    f"MIG instance {profile.name}: {shown_memory} − headroom {shown_headroom} "
+                    f"= {shown_available} for {shown_demand} (peak + context)",
                     subject=profile.name, shortfall="never")]
