@@ -111,6 +111,46 @@ def observed_source(source: str) -> str:
     return "observed" if source not in ("file", "simulated") else source
 
 
+# Where each live backend reads a snapshot's memory figures (``docs/hardfit.md``, the HBM equation).
+_READ_BY = {
+    "nvml": {"total": "NVML nvmlDeviceGetMemoryInfo(nvmlMemory_v2).total",
+             "reserved": "NVML nvmlDeviceGetMemoryInfo(nvmlMemory_v2).reserved",
+             "used": "NVML nvmlDeviceGetMemoryInfo(nvmlMemory_v2).used"},
+    "cuda": {"total": "CUDA driver cuDeviceTotalMem"},
+    "rocm": {"total": "amdsmi amdsmi_get_gpu_memory_total(VRAM)",
+             "used": "amdsmi amdsmi_get_gpu_memory_usage(VRAM)"},
+    "dcgm-exporter": {"reserved": "dcgm-exporter DCGM_FI_DEV_FB_RESERVED",
+                      "used": "dcgm-exporter DCGM_FI_DEV_FB_USED"},
+}
+
+
+# Where a resident's observed memory comes from, per snapshot source.
+_PROCESS_MEMORY = {
+    "nvml": "NVML nvmlDeviceGetComputeRunningProcesses usedGpuMemory",
+    "rocm": "amdsmi vram_mem",
+    "simulated": "the simulator's observed_memory_bytes",
+    "file": "observed_memory_bytes as the snapshot file states it",
+}
+
+
+def memory_source(snap: DeviceSnapshot, spec: DeviceSpec, field: str, figure: str) -> str:
+    """The citation of a memory figure the snapshot states (``field``; ``figure``: total, reserved or
+    used) — what actually produced it, never a call nobody made: a live backend's call; the snapshot
+    file's own statement; on a simulated device the catalog's nominal number the simulator copies
+    (``memory_bytes``, ``driver_reserve_bytes``) or the simulator's own accounting."""
+    if snap.source == "simulated":
+        catalog_field = {"total": "memory_bytes", "reserved": "driver_reserve_bytes"}.get(figure)
+        value = getattr(snap, field)
+        if spec.catalogued and catalog_field is not None and value == getattr(spec, catalog_field):
+            return (f"simulated: {field} = catalog {catalog_field}, nominal "
+                    f"({spec.source(catalog_field)}; no device was read)")
+        return f"simulated: {field} (the simulator's accounting; no device was read)"
+    if snap.source == "file":
+        return f"file: {field} (as the snapshot file states it)"
+    call = _READ_BY.get(snap.source, {}).get(figure)
+    return f"observed: {field} ({call})" if call else f"observed: {field} (as the {snap.source} backend reported it)"
+
+
 def hbm_balance(
     snap: DeviceSnapshot,
     spec: DeviceSpec,
@@ -127,11 +167,9 @@ def hbm_balance(
     ``reservations_source`` says where a known value came from (default: the caller gave it, no store
     named), so a 0 that was not read from a store never claims to be."""
     terms: list[EquationTerm] = []
-    nvml_v2 = "NVML nvmlDeviceGetMemoryInfo(nvmlMemory_v2)"
-
     if snap.memory_total_bytes is not None:
         total: int | None = snap.memory_total_bytes
-        total_src = f"{observed_source(snap.source)}: memory_total_bytes ({nvml_v2}.total)"
+        total_src = memory_source(snap, spec, "memory_total_bytes", "total")
     elif spec.catalogued and spec.memory_partitions:
         # A memory-partitioned AMD device (NPSn) shows each logical device one part of the HBM.
         mode = snap.partition.memory
@@ -152,7 +190,7 @@ def hbm_balance(
     # unlisted memory in a v1 `used`).
     reserve: int | None
     if snap.memory_reserved_bytes is not None:
-        reserve, reserve_src = snap.memory_reserved_bytes, f"{observed_source(snap.source)}: memory_reserved_bytes ({nvml_v2}.reserved)"
+        reserve, reserve_src = snap.memory_reserved_bytes, memory_source(snap, spec, "memory_reserved_bytes", "reserved")
     elif spec.catalogued and spec.driver_reserve_bytes is not None:
         reserve, reserve_src = spec.driver_reserve_bytes, f"catalog ({spec.source('driver_reserve_bytes')})"
     elif policy.assumed_driver_reserve_bytes is not None:
@@ -186,7 +224,7 @@ def hbm_balance(
         residents_term = EquationTerm(
             name="residents", sign="-", value=footprint_sum,
             source=f"{observed_source(snap.source)}+declared: per resident the larger of declared peak (profile) "
-                   "and observed use (NVML nvmlDeviceGetComputeRunningProcesses usedGpuMemory)")
+                   f"and observed use ({_PROCESS_MEMORY.get(snap.source, 'observed_memory_bytes')})")
     terms.append(residents_term)
 
     # Memory in use that no listed resident accounts for.
@@ -204,7 +242,7 @@ def hbm_balance(
             unlisted_src = f"observed used − reserve ({reserve_src}) − residents' held memory"
     else:
         unlisted = max(0, snap.memory_used_bytes - held_sum)
-        unlisted_src = f"observed used ({nvml_v2}.used) − residents' held memory"
+        unlisted_src = f"used [{memory_source(snap, spec, 'memory_used_bytes', 'used')}] − residents' held memory"
     # In the balance a v1 `used` counts the reserve here (the reserve term above is then 0).
     balance_unlisted = unlisted
     if residents_term.value is not None and snap.memory_used_bytes is not None and snap.memory_used_includes_reserve:
