@@ -110,11 +110,14 @@ def hard_fit(req: Request, *, reserved_bytes_by_others: int | None = 0,
                  mig_booked=req.mig_booked)
 
 
-def hard_fit_decision(req: Request, hard: HardFit, *, booked_bytes: int | None = 0) -> Decision | None:
+def hard_fit_decision(req: Request, hard: HardFit, *, booked_bytes: int | None = None) -> Decision | None:
     """A decision stage 1 settles by itself, or ``None`` when interference must be judged.
-    ``booked_bytes``: memory other admissions booked on the device (0: none, or no store consulted).
-    Outside MIG, a device with no resident but such bookings is not empty: the booked workloads are
-    about to run beside the candidate, and nothing can be measured against a workload not yet running."""
+    ``booked_bytes``: memory other admissions booked on the device, as read from the store (0: none);
+    ``None``: not read (``--no-store``, or a caller without a store), so bookings are not ruled out and
+    the reason says so instead of calling the device empty. Outside MIG, a device with no resident but
+    bookings is not empty: the booked workloads are about to run beside the candidate, and nothing can
+    be measured against a workload not yet running. Nor is a device whose MPS server reports clients
+    the snapshot does not list: their workloads run, unprofiled."""
     lim = hard.limiting_finding
     if hard.verdict == "no":
         assert lim is not None
@@ -131,17 +134,31 @@ def hard_fit_decision(req: Request, hard: HardFit, *, booked_bytes: int | None =
             return Decision("reject", f"policy {req.policy.name} rejects next to unprofiled resident(s) "
                             f"{', '.join(unprofiled)}; stage 1 could not decide {lim.resource}: {lim.detail}", "policy")
         return Decision("unknown", f"cannot tell whether it fits: {lim.resource} — {lim.detail}", "hard-fit")
-    if not req.snapshot.residents and booked_bytes and req.regime.kind != "mig":
+    if req.regime.kind == "mig":
+        # A new instance is isolated whatever the others hold: say so, never "nothing else runs" (other
+        # instances, bookings and their workloads may exist).
+        others = len(req.snapshot.mig.instances)
+        beside = (f"the {others} other instance(s) and their workloads" if others
+                  else "the residents" if req.snapshot.residents else "any other instance")
+        return Decision("admit", f"fits in its own MIG instance: SMs, memory and L2 are isolated from {beside} "
+                        "(PCIe and power stay shared)", "hard-fit", confidence=1.0)
+    if req.snapshot.residents:
+        return None
+    if booked_bytes:
         return Decision("unknown", f"fits, but other admissions booked {format_bytes(booked_bytes)} on this device for "
                         "workloads that are not running yet: how they and the candidate interfere cannot be judged "
                         "before they run (no resident to probe beside) — ask again once they run here, or place the "
                         "candidate on a device without bookings (`canary reservations list --device …`)", "hard-fit")
-    if not req.snapshot.residents:
-        return Decision("admit", "fits, and nothing else runs on the device", "hard-fit", confidence=1.0)
-    if req.regime.kind == "mig":
-        return Decision("admit", "fits in its own MIG instance: SMs, memory and L2 are isolated from the residents "
-                        "(PCIe and power stay shared)", "hard-fit", confidence=1.0)
-    return None
+    clients = req.snapshot.mps.clients
+    if clients:
+        return Decision("unknown", f"fits, but the MPS server reports {clients} client(s) connected that the snapshot "
+                        "does not list as residents: their workloads run beside the candidate unprofiled, so how "
+                        "they interfere cannot be judged", "hard-fit")
+    if booked_bytes is None:
+        return Decision("admit", "fits, and no resident runs on the device; bookings by other admissions were not "
+                        "read (no evidence store consulted, --no-store), so workloads booked to run here are not "
+                        "ruled out — decide with the store to count them", "hard-fit", confidence=1.0)
+    return Decision("admit", "fits, and nothing else runs on the device", "hard-fit", confidence=1.0)
 
 
 def cache_decision(req: Request, evidence: list[PairEvidence]) -> Decision:
@@ -189,7 +206,7 @@ class Settled:
     probe_keys: tuple[PairKey, ...] = ()
 
 
-def settle(req: Request, hard: HardFit, evidence: list[PairEvidence], *, booked_bytes: int | None = 0) -> Settled:
+def settle(req: Request, hard: HardFit, evidence: list[PairEvidence], *, booked_bytes: int | None = None) -> Settled:
     """Stage 1's decision when it settles the request, else the evidence's, with the pairs to probe
     after an ``unknown`` (``pairs_needing_probe``). ``booked_bytes``: as for ``hard_fit_decision``."""
     decision = hard_fit_decision(req, hard, booked_bytes=booked_bytes)
