@@ -18,9 +18,11 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from sqlalchemy import Engine
 
 from canary.serve.config import ServeConfig
+from canary.serve.deps import PROBLEM
 from canary.serve.middleware import BodyLimit, CountResponses
 from canary.serve.problems import add_problem_handlers
 from canary.serve.routes import ROUTERS
@@ -73,13 +75,16 @@ def create_app(config: ServeConfig, *, engine: Engine | None = None) -> FastAPI:
     )
     app.add_middleware(BodyLimit, default_bytes=config.max_body_bytes, extender_bytes=config.extender_max_body_bytes)
     add_problem_handlers(app)
-    app.add_middleware(CountResponses, holder=holder)
+    app.add_middleware(CountResponses, holder=holder, routes=app.router.routes)
     # Each router's routes join the application's own list, as if declared on it, in order (decisions
     # first: the router tries routes in order, and they are asked most). Not ``include_router``: this
     # FastAPI mounts an included router as a lazily built branch that matches every request through
     # its own layer and runs each route from its endpoint, past ``decide.DecisionRoute``'s fast path.
     for router in ROUTERS:
         app.router.routes.extend(router.routes)
+    for route in app.router.routes:  # a body that is not JSON is 415 (canary.serve.problems)
+        if isinstance(route, APIRoute) and route.body_field is not None:
+            route.responses.setdefault(415, PROBLEM)
     return app
 
 

@@ -47,6 +47,7 @@ from canary.admission.store import BOOKED_SOURCE, EvidenceAccess, evidence_from_
 from canary.certificate import Certificate, HardFit
 from canary.serve.bodies import Prepared, pinned
 from canary.serve.deps import authorize
+from canary.serve.problems import json_media
 from canary.serve.resolve import Resolved
 from canary.serve.schemas import DecisionRequest
 from canary.serve.service import Service
@@ -221,7 +222,7 @@ def kept_body(route: str, scope: str, decide: Callable[[Service, Prepared, float
         t0 = time.perf_counter()
         svc: Service = request.app.state.service
         await authorize(svc, request.headers, scope)
-        if not _json(request.headers.get("content-type")):
+        if not json_media(request.headers.get("content-type")):
             return None  # the endpoint refuses it as FastAPI does: its body is not JSON
         prepared = svc.prepared[route].get(await request.body())
         if prepared is None:
@@ -230,15 +231,6 @@ def kept_body(route: str, scope: str, decide: Callable[[Service, Prepared, float
         return await decide(svc, prepared, t0)
 
     return handler
-
-
-def _json(content_type: str | None) -> bool:
-    """A JSON media type, as FastAPI reads a body as JSON: ``application/json`` or ``application/*+json``."""
-    if not content_type:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    main, _, sub = media.partition("/")
-    return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
 async def keep(svc: Service, route: str, request: Request, prepared: Prepared) -> None:

@@ -229,7 +229,7 @@ def decide_node(svc: Service, pod: Pod, node: str, now: dt.datetime) -> NodeVerd
         policy = load_policy(policy_name or cfg.default_policy)
         devices = node_devices(svc, node, policy)
     except CanaryError as exc:
-        return NodeVerdict(node, False, f"unknown: {_problem(exc, fields)}", 0)
+        return NodeVerdict(node, False, cap_reason(f"unknown: {_problem(exc, fields)}", ref), 0)
     if not devices:
         allow = cfg.extender_unknown == "admit"
         return NodeVerdict(node, allow, f"unknown: canary has no snapshot of node {node}'s devices "
@@ -269,7 +269,24 @@ def decide_node(svc: Service, pod: Pod, node: str, now: dt.datetime) -> NodeVerd
         return NodeVerdict(node, True, "admit", best)
     if any_unknown and cfg.extender_unknown == "admit" and not any_reject:
         return NodeVerdict(node, True, "unknown, admitted by configuration", 0)
-    return NodeVerdict(node, False, "; ".join(reasons)[:2000], 0)
+    return NodeVerdict(node, False, cap_reason("; ".join(reasons), ref), 0)
+
+
+#: Most UTF-8 bytes of a filtered node's reason: kube-scheduler puts it in the pod's event, whose message
+#: Kubernetes keeps to 1 KiB (longer ones are cut where the reader cannot see what was lost).
+EXTENDER_REASON_BYTES = 1000
+
+
+def cap_reason(reason: str, profile_ref: str, limit_bytes: int = EXTENDER_REASON_BYTES) -> str:
+    """``reason`` within ``limit_bytes`` of UTF-8; one that is longer is cut where it says so and how to
+    see each device's whole certificate."""
+    raw = reason.encode()
+    if len(raw) <= limit_bytes:
+        return reason
+    tail = (f" … [cut at {limit_bytes} bytes; each device's full certificate: canary fit --server URL "
+            f"DEVICE {profile_ref}]")
+    keep = raw[:max(0, limit_bytes - len(tail.encode()))].decode(errors="ignore")
+    return keep + tail
 
 
 def node_names(args: ExtenderArgs) -> list[str]:

@@ -5,8 +5,10 @@ attribute reads): ``BodyLimit`` refuses bodies over the limit with 413 before th
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
@@ -69,9 +71,22 @@ class CountResponses:
     """Counts responses by route template and status. ``holder["svc"]``: the ``Service``, once the
     application's lifespan has built it (until then nothing is counted: there is no registry yet)."""
 
-    def __init__(self, app: ASGIApp, *, holder: dict[str, Service]) -> None:
+    def __init__(self, app: ASGIApp, *, holder: dict[str, Service], routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.holder = holder
+        self.routes = routes  # the application's, to name the route of a request answered before routing
+
+    def _route_of(self, scope: Scope) -> str:
+        """The template of the route a request was routed to, or would have been: a body refused with 413
+        by ``BodyLimit`` before routing counts under its route, not ``unmatched``."""
+        route = scope.get("route")
+        if route is not None:
+            return str(getattr(route, "path", "unmatched"))
+        for candidate in self.routes:
+            match, _ = candidate.matches(scope)
+            if match != Match.NONE:
+                return str(getattr(candidate, "path", "unmatched"))
+        return "unmatched"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,5 +104,4 @@ class CountResponses:
         finally:
             svc = self.holder.get("svc")
             if svc is not None:
-                path = getattr(scope.get("route"), "path", "unmatched")
-                svc.metrics.series(svc.metrics.http, path, str(status[0])).inc()
+                svc.metrics.series(svc.metrics.http, self._route_of(scope), str(status[0])).inc()

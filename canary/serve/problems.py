@@ -54,10 +54,26 @@ async def _input_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": input_error_detail(exc)}, status_code=422)
 
 
+def json_media(content_type: str | None) -> bool:
+    """A JSON media type, as FastAPI reads a body as JSON: ``application/json`` or ``application/*+json``."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
 async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
-    where, msg = request_field(tuple(first.get("loc", ()))), str(first.get("msg"))
+    content_type = request.headers.get("content-type")
+    loc = tuple(first.get("loc", ()))
+    if loc[:1] == ("body",) and content_type and not json_media(content_type):
+        # FastAPI read the body as a form and said 'Input should be a valid dictionary'
+        return JSONResponse({"detail": f"the body must be JSON with Content-Type: application/json, not "
+                             f"{content_type.split(';', 1)[0].strip()!r} (curl -d sends a form's type: add "
+                             "-H 'Content-Type: application/json')"}, status_code=415)
+    where, msg = request_field(loc), str(first.get("msg"))
     if first.get("type") == "json_invalid":  # loc holds a character position, not a field
         ctx = first.get("ctx")
         where, msg = "body", f"not valid JSON: {ctx.get('error', msg) if isinstance(ctx, dict) else msg}"

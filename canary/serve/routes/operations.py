@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, Response
 
 from canary.errors import CanaryError
 from canary.serve import schemas as S
-from canary.serve.deps import ERRORS, Svc, require
+from canary.serve.deps import ERRORS, PROBLEM, Svc, require
 
 router = APIRouter(tags=["operations"])
 
@@ -32,7 +32,7 @@ async def readyz(svc: Svc) -> Response:
 
 
 @router.get("/metrics", dependencies=[Depends(require("read"))], response_class=Response,
-            responses={200: {"content": {"text/plain": {}}}})
+            responses={200: {"content": {"text/plain": {}}}, 401: PROBLEM, 403: PROBLEM, 503: PROBLEM})
 async def metrics(svc: Svc) -> Response:
     """Prometheus exposition format."""
     from prometheus_client import CONTENT_TYPE_LATEST
