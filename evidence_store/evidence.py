@@ -54,6 +54,7 @@ def evidence_row_values(rec: EvidenceIn, *, evidence_id: str, status: Status = "
         "superseded_by": None,
         "revoked_reason": None,
         "stale_reason": None,
+        "status_changed_at": None,
     }
 
 
@@ -204,18 +205,52 @@ def newest_records(
 ) -> list[EvidenceOut]:
     """``query``'s records filtered by device type and status, newest first, at most ``limit``: the one
     listing rule every evidence listing shares."""
-    if device_type is not None:
-        query = query.where(Evidence.device_type == device_type)
-    if status is not None:
-        query = query.where(Evidence.status == status)
+    query = _filtered(query, device_type=device_type, status=status)
     query = query.order_by(Evidence.created_at.desc(), Evidence.id.desc())
     if limit is not None:
         query = query.limit(limit)
     return [EvidenceOut.model_validate(r) for r in session.scalars(query)]
 
 
-def expire(session: Session, *, key: PairKey | None = None, before: datetime | None = None) -> int:
-    """Mark current records stale (all, those of ``key``, and/or those created before ``before``).
+def _filtered(query: Select[Evidence], *, device_type: str | None, status: str | None) -> Select[Evidence]:
+    if device_type is not None:
+        query = query.where(Evidence.device_type == device_type)
+    if status is not None:
+        query = query.where(Evidence.status == status)
+    return query
+
+
+def count_records(
+    session: Session, query: Select[Evidence] | None = None, *, device_type: str | None = None,
+    status: str | None = None,
+) -> int:
+    """How many records ``query`` (default: every record) selects, filtered as ``newest_records`` filters
+    them: the total a limited listing is a part of."""
+    from sqlalchemy import func
+
+    inner = _filtered(query if query is not None else select(Evidence), device_type=device_type, status=status)
+    return int(session.scalar(select(func.count()).select_from(inner.subquery())) or 0)
+
+
+def _changed_at(session: Session, now: datetime | None) -> Any:
+    """The time a status change is recorded at: ``now`` (UTC) when the caller gives it, else the store's
+    own clock at the write (this module never reads the process's clock)."""
+    if now is not None:
+        return to_utc(now)
+    from sqlalchemy import func
+
+    if session.get_bind().dialect.name == "sqlite":
+        # SQLite's CURRENT_TIMESTAMP has whole seconds; this is UTC to the millisecond, in the text form
+        # the column's type reads back as UTC.
+        return func.strftime("%Y-%m-%d %H:%M:%f", "now")
+    return func.now()
+
+
+def expire(
+    session: Session, *, key: PairKey | None = None, before: datetime | None = None, now: datetime | None = None
+) -> int:
+    """Mark current records stale (all, those of ``key``, and/or those created before ``before``), at
+    ``now`` (``status_changed_at``; default: the store's clock).
 
     Returns how many records changed. Nothing is deleted.
     """
@@ -228,14 +263,17 @@ def expire(session: Session, *, key: PairKey | None = None, before: datetime | N
         conditions.append(Evidence.created_at < before)
         reason += f" (created before {before.isoformat()})"
     result = session.execute(
-        update(Evidence).where(*conditions).values(status="stale", stale_reason=reason),
+        update(Evidence).where(*conditions).values(
+            status="stale", stale_reason=reason, status_changed_at=_changed_at(session, now)
+        ),
         execution_options={"synchronize_session": False},
     )
     return _rowcount(result)
 
 
-def revoke(session: Session, evidence_id: str, why: str) -> None:
-    """Revoke one record with a reason. Revoking a revoked record keeps its first reason."""
+def revoke(session: Session, evidence_id: str, why: str, *, now: datetime | None = None) -> None:
+    """Revoke one record with a reason, at ``now`` (``status_changed_at``; default: the store's clock).
+    Revoking a revoked record keeps its first reason and time."""
     if not why.strip():
         raise InputError("a revocation needs a reason", field="why")
     row = _require(session, evidence_id)
@@ -243,12 +281,18 @@ def revoke(session: Session, evidence_id: str, why: str) -> None:
         return
     row.status = "revoked"
     row.revoked_reason = why.strip()
+    row.status_changed_at = _changed_at(session, now)
     session.flush()
+    if now is None:
+        session.refresh(row, ["status_changed_at"])  # the store's clock wrote it: read what it wrote
 
 
-def mark_stale(session: Session, *, driver_not: str, device_type: str | None = None) -> int:
+def mark_stale(
+    session: Session, *, driver_not: str, device_type: str | None = None, now: datetime | None = None
+) -> int:
     """After a driver change: current records not recorded under ``driver_not`` become stale
-    (records with an unknown driver too: they were not shown to hold under it). Returns the count."""
+    (records with an unknown driver too: they were not shown to hold under it), at ``now``
+    (``status_changed_at``; default: the store's clock). Returns the count."""
     conditions: list[ColumnElement[bool]] = [
         Evidence.status == "current",
         (Evidence.driver_version != driver_not) | Evidence.driver_version.is_(None),
@@ -258,7 +302,8 @@ def mark_stale(session: Session, *, driver_not: str, device_type: str | None = N
     result = session.execute(
         update(Evidence)
         .where(*conditions)
-        .values(status="stale", stale_reason=f"driver changed to {driver_not}"),
+        .values(status="stale", stale_reason=f"driver changed to {driver_not}",
+                status_changed_at=_changed_at(session, now)),
         execution_options={"synchronize_session": False},
     )
     return _rowcount(result)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,7 +72,7 @@ def _store_revisions(conn: Connection) -> tuple[str, ...]:
 #: importing Alembic, whose import is a large part of every command that reads a store (``gpu-fit``
 #: among them); ``tests/cli/test_fit_cli.py`` checks that it is Alembic's head, so a new migration
 #: cannot leave it stale.
-SCHEMA_HEAD = "a3e8c1f5d207"
+SCHEMA_HEAD = "fa1f2187b9d5"
 
 
 def _at_schema_head(conn: Connection) -> bool:
@@ -184,6 +185,95 @@ def downgrade(url: str | None, revision: str, *, retry: RetryPolicy | None = Non
 
     check_revision(revision)
     _migrate(url, lambda config: command.downgrade(config, revision), retry)
+
+
+@dataclass(frozen=True, slots=True)
+class DowngradePreview:
+    """What ``downgrade(url, revision)`` would do, found by running it in a transaction that is rolled
+    back: the revision(s) the store is at and would be at (empty: no schema), the migrations undone
+    (revision, title) newest first, and what they remove or change, with row counts."""
+
+    at: tuple[str, ...]
+    to: tuple[str, ...]
+    steps: tuple[tuple[str, str], ...]
+    dropped_tables: tuple[tuple[str, int], ...]
+    dropped_columns: tuple[tuple[str, str, int], ...]
+    added_columns: tuple[tuple[str, str], ...]
+    changed_rows: tuple[tuple[str, int, int], ...]
+
+
+def _revision_title(script: ScriptDirectory, revision: str) -> str:
+    doc = script.get_revision(revision)
+    text = (doc.doc if doc is not None else "") or ""
+    return text.strip().splitlines()[0] if text.strip() else "(no description)"
+
+
+def _schema_counts(conn: Connection) -> dict[str, tuple[int, dict[str, int]]]:
+    """Every canary table: its row count and, per column, how many rows hold a value there."""
+    from sqlalchemy import inspect
+
+    out: dict[str, tuple[int, dict[str, int]]] = {}
+    inspector = inspect(conn)
+    for table in sorted(inspector.get_table_names()):
+        if table == "alembic_version":
+            continue
+        columns = [c["name"] for c in inspector.get_columns(table)]
+        counts = ", ".join(f'count("{c}")' for c in columns)
+        row = conn.execute(text(f'SELECT count(*), {counts} FROM "{table}"')).one()
+        out[table] = (int(row[0]), {c: int(n) for c, n in zip(columns, row[1:], strict=True)})
+    return out
+
+
+def downgrade_preview(url: str | None, revision: str, *, retry: RetryPolicy | None = None) -> DowngradePreview:
+    """Run ``downgrade(url, revision)`` in a transaction, note what it removes and changes, and roll it
+    back: nothing is changed. Raises ``InputError`` for a revision the store cannot go down to."""
+    from alembic import command
+    from alembic.util import CommandError
+
+    check_revision(revision)
+    engine = make_engine(url, retry=retry, sqlite_foreign_keys=False)
+    script = _script_directory()
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "sqlite":
+                conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+            transaction = conn.begin()
+            try:
+                at = _store_revisions(conn)
+                before = _schema_counts(conn)
+                command.downgrade(alembic_config(conn), revision)
+                to = _store_revisions(conn)
+                after = _schema_counts(conn)
+            finally:
+                transaction.rollback()
+    except exc.SQLAlchemyError as err:
+        raise translate(err, engine.url) from err
+    except CommandError as err:
+        raise InputError(f"{str(err).splitlines()[0]}; nothing was changed", field="REV") from err
+    finally:
+        engine.dispose()
+    undone: list[str] = []
+    if at:
+        stop = set(to)
+        for rev in script.iterate_revisions(at, to[0] if to else "base"):
+            if rev.revision not in stop:
+                undone.append(rev.revision)
+    dropped_tables = tuple((t, n) for t, (n, _) in before.items() if t not in after)
+    dropped_columns = tuple(
+        (t, c, filled) for t, (_, cols) in before.items() if t in after
+        for c, filled in cols.items() if c not in after[t][1]
+    )
+    added_columns = tuple(
+        (t, c) for t, (_, cols) in after.items() if t in before for c in cols if c not in before[t][1]
+    )
+    changed_rows = tuple(
+        (t, n, after[t][0]) for t, (n, _) in before.items() if t in after and after[t][0] != n
+    )
+    return DowngradePreview(
+        at=at, to=to, steps=tuple((r, _revision_title(script, r)) for r in undone),
+        dropped_tables=dropped_tables, dropped_columns=dropped_columns, added_columns=added_columns,
+        changed_rows=changed_rows,
+    )
 
 
 def current(url: str | None = None, *, retry: RetryPolicy | None = None) -> tuple[str, ...]:

@@ -116,6 +116,9 @@ class Evidence(Base):
     stale_reason: Mapped[str | None] = mapped_column(Text)
     # Imported records only: the file, the source the exporting store gave, and when it was imported.
     origin: Mapped[str | None] = mapped_column(Text)
+    # When the record became stale or revoked; NULL while current, and for records whose status changed
+    # before the store kept this time (revision fa1f2187b9d5).
+    status_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     @property
     def key(self) -> PairKey:

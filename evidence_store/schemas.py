@@ -144,7 +144,8 @@ class EvidenceOut(EvidenceIn):
     """A stored record: the observation plus its identity and lifecycle.
 
     ``superseded_by`` is the id of the next newer record of the same key (``None`` while it is the
-    newest); ``revoked_reason`` / ``stale_reason`` are ``None`` unless the status says so.
+    newest); ``revoked_reason`` / ``stale_reason`` are ``None`` unless the status says so, and
+    ``status_changed_at`` is when it did.
     Validates from an ORM ``Evidence`` row too (its ``key`` property assembles the pair key).
     """
 
@@ -158,6 +159,20 @@ class EvidenceOut(EvidenceIn):
     stale_reason: str | None = None
     origin: str | None = Field(default=None, max_length=1000)
     """Imported records: where they came from (file, the exporting store's source, import time)."""
+    status_changed_at: AwareDatetime | None = None
+    """When the record became stale or revoked (UTC); ``None`` while it is current, and for a record whose
+    status changed before the store kept this time (unknown, never guessed)."""
+
+    @field_validator("status_changed_at")
+    @classmethod
+    def _utc_or_none(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else to_utc(value)
+
+    @model_validator(mode="after")
+    def _changed_only_when_not_current(self) -> Self:
+        if self.status == "current" and self.status_changed_at is not None:
+            raise ValueError("status_changed_at is for stale or revoked records; this one is current")
+        return self
 
     def as_input(self) -> EvidenceIn:
         """The observation alone, without identity and lifecycle."""

@@ -62,7 +62,7 @@ def import_records(
     whose probe id is already stored with the same observation is left as it is (``unchanged``); one
     with a different observation, or whose id belongs to another probe, is a conflict. When there is
     any conflict nothing is inserted and the conflicts are returned, so the caller can report them and
-    roll back. Statuses and reasons are kept as exported; ``superseded_by`` is recomputed for every key
+    roll back. Statuses, reasons and the time of a status change are kept as exported; ``superseded_by`` is recomputed for every key
     touched. The records must already have been checked (``evidence_store.import_check``).
     """
     conflicts: list[ImportConflict] = []
@@ -108,6 +108,7 @@ def import_records(
         values["revoked_reason"] = rec.revoked_reason
         values["stale_reason"] = rec.stale_reason
         values["origin"] = rec.origin
+        values["status_changed_at"] = rec.status_changed_at
         session.add(Evidence(**values))
     session.flush()
     for digest in sorted({rec.key_digest for _, rec in to_insert}):

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from canary.errors import EXIT_ADMIT
+
+if TYPE_CHECKING:
+    from evidence_store.migrate import DowngradePreview
 
 
 def add_parser(subparsers: Any) -> None:
@@ -88,35 +91,45 @@ def run_current(args: argparse.Namespace) -> int:
     return EXIT_ADMIT
 
 
-def _rows_at_risk(url: str | None) -> str:
-    """Rows of every canary table in the store (what a downgrade to base would drop)."""
-    from sqlalchemy import inspect, text
-
-    from evidence_store.database import make_engine
-
-    engine = make_engine(url)
-    try:
-        with engine.connect() as conn:
-            tables = sorted(t for t in inspect(conn).get_table_names() if t != "alembic_version")
-            counts = [(t, conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar() or 0) for t in tables]
-    finally:
-        engine.dispose()
-    return ", ".join(f"{t} {n} row(s)" for t, n in counts) or "no tables"
+def _preview_text(preview: DowngradePreview) -> str:
+    """What a downgrade removes and changes, from ``downgrade_preview``: only what the steps undone touch."""
+    parts: list[str] = []
+    if preview.dropped_tables:
+        parts.append("drops table(s) " + ", ".join(f"{t} ({n} row(s))" for t, n in preview.dropped_tables))
+    if preview.dropped_columns:
+        parts.append("drops column(s) " + ", ".join(
+            f"{t}.{c} ({n} row(s) with a value)" for t, c, n in preview.dropped_columns))
+    if preview.added_columns:
+        parts.append("restores the older column(s) " + ", ".join(f"{t}.{c}" for t, c in preview.added_columns))
+    if preview.changed_rows:
+        parts.append("changes the row count of " + ", ".join(
+            f"{t} ({before} row(s) become {after})" for t, before, after in preview.changed_rows))
+    return "; ".join(parts) or "drops no table or column holding rows (indexes and constraints only)"
 
 
 def run_downgrade(args: argparse.Namespace) -> int:
+    from evidence_store.cli_support import require_existing_store
     from evidence_store.database import redact
     from evidence_store.location import default_db_url
-    from evidence_store.migrate import check_revision, current, downgrade
+    from evidence_store.migrate import check_revision, downgrade, downgrade_preview
 
     check_revision(args.revision)
+    require_existing_store(args.db)  # a missing SQLite file has nothing to downgrade; never create one
     if not args.yes:  # a preview, not an error: say what would happen and how to do it
-        at = ", ".join(current(args.db)) or "no schema"
+        preview = downgrade_preview(args.db, args.revision)
         where = redact(args.db or default_db_url())
+        if not preview.at:
+            sys.stdout.write(f"{where} has no schema: nothing to downgrade\n")
+            return EXIT_ADMIT
+        to = ", ".join(preview.to) or "base (no tables)"
+        if preview.to == preview.at:
+            sys.stdout.write(f"{where} is at revision {', '.join(preview.at)} already: nothing to downgrade\n")
+            return EXIT_ADMIT
+        steps = "".join(f"\n  undo {rev}: {title}" for rev, title in preview.steps)
         sys.stdout.write(
-            f"preview: nothing changed. `canary db downgrade {args.revision}` would migrate {where} down from "
-            f"revision {at} to {args.revision}; a downgrade drops the tables and columns the newer revisions "
-            f"added, with their rows (the store now holds: {_rows_at_risk(args.db)}).\n"
+            f"preview: nothing changed. `canary db downgrade {args.revision}` would migrate {where} from revision "
+            f"{', '.join(preview.at)} down to {to}, undoing:{steps}\n"
+            f"it {_preview_text(preview)}.\n"
             f"to do it: canary db downgrade {args.revision} --yes\n")
         return EXIT_ADMIT
     downgrade(args.db, args.revision)
