@@ -202,22 +202,25 @@ def run_drift(args: argparse.Namespace) -> int:
 
     with session_scope(_open(args), read_only=True) as session:
         if args.id is None:
+            # probes: the pairs the event listed for re-probing; probed: how many of them were probed
+            # (a pair that did not fit or was fresh was not)
             events = [{"id": e.id, "node": e.node, "device_id": e.device_id, "device_type": e.device_type,
                        "old_driver": e.old_driver, "new_driver": e.new_driver,
                        "detected_at": e.detected_at.isoformat(), "stale_marked": e.stale_marked,
-                       "probes": len(e.probes_json), "budget": e.budget} for e in store_drift.list_drift(session)]
+                       "probes": len(e.probes_json), "probed": store_drift.probed_count(session, e),
+                       "budget": e.budget} for e in store_drift.list_drift(session)]
             report: Any = events
         else:
-            if store_drift.get_drift(session, args.id) is None:
-                raise InputError(f"no drift event {args.id!r} (canary drift lists them)", field="ID")
-            report = store_drift.drift_report(session, args.id)
+            # a unique prefix names an event, as evidence and reservation ids do (exit 2 when ambiguous)
+            report = store_drift.drift_report(session, store_drift.resolve_drift(session, args.id).id)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return 0
     if args.id is None:
-        sys.stdout.write(table(["id", "node", "type", "old driver", "new driver", "detected", "stale", "probes"], [
+        sys.stdout.write(table(["id", "node", "type", "old driver", "new driver", "detected", "stale",
+                                "probed/pairs"], [
             [e["id"], e["node"], e["device_type"], e["old_driver"] or "–", e["new_driver"] or "–", e["detected_at"],
-             str(e["stale_marked"]), f"{e['probes']}/{e['budget']}"] for e in report]) + "\n")
+             str(e["stale_marked"]), f"{e['probed']}/{e['probes']}"] for e in report]) + "\n")
         return 0
     sys.stdout.write(f"{report['node']} {report['device_type']}: driver {report['old_driver']} → "
                      f"{report['new_driver']}; {report['stale_marked']} record(s) marked stale\n")
