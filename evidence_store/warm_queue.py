@@ -9,7 +9,7 @@ clock). A lease that expires (its node died) makes the row claimable again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -125,6 +125,37 @@ def release(session: Session, item: WarmItem, *, now: datetime) -> bool:
     row.updated_at = to_utc(now)
     session.flush()
     return True
+
+
+def release_dead_local(session: Session, *, host: str, pid_alive: Callable[[int], bool],
+                       now: datetime) -> list[tuple[str, str]]:
+    """Put back in the queue every leased item whose holder ran on ``host`` (owner ``host:pid:worker``,
+    as fleet warm nodes name themselves) and whose process is gone (``pid_alive`` says no): a node
+    killed mid-probe (SIGKILL) hands nothing back, and its lease would hold the pair for up to its full
+    length although nobody works on it. Holders on other hosts are left to their leases (their
+    processes cannot be seen from here). Returns (item id, owner) for each item released."""
+    rows = session.scalars(select(WarmQueue).where(WarmQueue.state == "leased").with_for_update()).all()
+    released = []
+    for row in rows:
+        holder_host, pid = _local_holder(row.owner)
+        if holder_host != host or pid is None or pid_alive(pid):
+            continue
+        released.append((row.id, str(row.owner)))
+        row.state = "queued"
+        row.owner = None
+        row.lease_expires_at = None
+        row.updated_at = to_utc(now)
+    session.flush()
+    return released
+
+
+def _local_holder(owner: str | None) -> tuple[str | None, int | None]:
+    """The host and pid of a fleet warm node's owner name (``host:pid:worker``); (None, None) for any
+    other form (a holder this host cannot check)."""
+    parts = (owner or "").rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None, None
+    return parts[0], int(parts[1])
 
 
 def finish(session: Session, item: WarmItem, *, state: FinalState, result_json: dict[str, Any], now: datetime) -> None:
