@@ -107,9 +107,9 @@ def run_admit(args: argparse.Namespace) -> int:
     server = server_url(args)
     if server is not None:
         from canary.commands.fit import print_certificate
-        from canary.serve.client import ServiceClient, request_body, token_from
+        from canary.serve.client import ServiceClient, request_body, tls_from, token_from
 
-        with ServiceClient(server, token_from(args)) as client:
+        with ServiceClient(server, token_from(args), tls=tls_from(args)) as client:
             cert = client.decide("/v1/admissions", request_body(args, admit=True),
                                  progress=None if args.quiet else _remote_progress(sys.stderr))
         return print_certificate(cert, args)

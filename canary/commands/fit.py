@@ -32,6 +32,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", metavar="URL",
                         help="ask this canary service instead of deciding locally (default: $CANARY_SERVER)")
     parser.add_argument("--token", help="bearer token for --server (default: $CANARY_TOKEN)")
+    parser.add_argument("--tls-ca", metavar="FILE",
+                        help="CA bundle (PEM) that signed an https --server's certificate (default: $CANARY_TLS_CA, "
+                        "else the system's)")
+    parser.add_argument("--tls-cert", metavar="FILE",
+                        help="client certificate (PEM) for a server that requires one (mTLS; default: $CANARY_TLS_CERT)")
+    parser.add_argument("--tls-key", metavar="FILE",
+                        help="the client certificate's private key (PEM), unless the certificate file holds it "
+                        "(default: $CANARY_TLS_KEY)")
 
 
 def print_certificate(cert: Any, args: argparse.Namespace) -> int:
@@ -62,9 +70,9 @@ def server_url(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     server = server_url(args)
     if server is not None:
-        from canary.serve.client import ServiceClient, request_body, token_from
+        from canary.serve.client import ServiceClient, request_body, tls_from, token_from
 
-        with ServiceClient(server, token_from(args)) as client:
+        with ServiceClient(server, token_from(args), tls=tls_from(args)) as client:
             return print_certificate(client.decide("/v1/fit", request_body(args, admit=False)), args)
     from canary.admission import EvidenceAccess, fit, load_request, utcnow
     from canary.render import certificate_text

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +94,69 @@ def check_server_url(url: str, *, field: str | None = None) -> str:
     return url
 
 
+#: The client's TLS options and the variables that stand in for them.
+TLS_OPTIONS = {"ca": ("--tls-ca", "CANARY_TLS_CA"), "cert": ("--tls-cert", "CANARY_TLS_CERT"),
+               "key": ("--tls-key", "CANARY_TLS_KEY")}
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """How the CLI reaches an https service: the CA bundle that signed its certificate (``None``: the
+    system's), and the client certificate and key that a server with ``--tls-ca`` (mTLS) requires.
+    ``fields`` names where each file came from (an option or a variable), for error messages."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    fields: tuple[tuple[str, str], ...] = ()
+
+    def field(self, which: str) -> str:
+        return dict(self.fields).get(which, TLS_OPTIONS[which][0])
+
+    def context(self) -> ssl.SSLContext:
+        """The verifying SSL context; a file that is missing, unreadable or not PEM of the right kind is
+        ``InputError`` naming the option (or variable) and the file."""
+        if self.key is not None and self.cert is None:
+            raise InputError(f"a client key ({self.key}) without a client certificate: give "
+                             f"{TLS_OPTIONS['cert'][0]} too", field=self.field("key"))
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise InputError(f"cannot load the CA bundle {self.ca}: {exc}", field=self.field("ca")) from None
+        if self.cert is not None:
+            try:
+                ctx.load_cert_chain(self.cert, self.key)
+            except (OSError, ssl.SSLError) as exc:
+                files = self.cert if self.key is None else f"{self.cert} with key {self.key}"
+                raise InputError(f"cannot load the client certificate {files}: {exc}",
+                                 field=self.field("cert")) from None
+        return ctx
+
+
+def tls_from(args: Any) -> ClientTls:
+    """``--tls-ca/--tls-cert/--tls-key``, each defaulting to its variable (``$CANARY_TLS_CA`` …)."""
+    values: dict[str, str | None] = {}
+    fields: list[tuple[str, str]] = []
+    for which, (option, env) in TLS_OPTIONS.items():
+        given = getattr(args, option.lstrip("-").replace("-", "_"), None)
+        value = given or os.environ.get(env) or None
+        values[which] = value
+        if value is not None:
+            fields.append((which, option if given else f"${env}"))
+    return ClientTls(ca=values["ca"], cert=values["cert"], key=values["key"], fields=tuple(fields))
+
+
 class ServiceClient:
     def __init__(self, base_url: str, token: str | None, *, timeout_s: float = 60.0,
-                 field: str | None = None) -> None:
+                 field: str | None = None, tls: ClientTls | None = None) -> None:
         check_server_url(base_url, field=field)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.base_url = base_url.rstrip("/")
-        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s))
+        verify: ssl.SSLContext | bool = True
+        if tls is not None and (tls.ca or tls.cert or tls.key):
+            verify = tls.context()
+        self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=httpx.Timeout(timeout_s),
+                                 verify=verify)
 
     def __enter__(self) -> ServiceClient:
         return self
@@ -110,7 +168,13 @@ class ServiceClient:
         try:
             response = self.http.request(method, path, **kw)
         except httpx.HTTPError as exc:
-            raise OperationalError(f"canary service {self.base_url} did not answer: {exc}") from None
+            hint = ""
+            # under TLS 1.3 a server that wants a client certificate and gets none just hangs up
+            if self.base_url.startswith("https:") and (
+                    "SSL" in str(exc).upper() or isinstance(exc, httpx.ConnectError | httpx.RemoteProtocolError)):
+                hint = (" (TLS: --tls-ca or $CANARY_TLS_CA names the CA that signed the server's certificate; a "
+                        "server that requires client certificates needs --tls-cert and --tls-key)")
+            raise OperationalError(f"canary service {self.base_url} did not answer: {exc}{hint}") from None
         if response.status_code in (200, 202):
             return response
         try:
