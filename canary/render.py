@@ -47,10 +47,15 @@ def findings_table(findings: Sequence[Finding], limiting: str | None) -> str:
         is_limiting = not marked and f.resource == limiting and f.verdict != "yes"
         marked = marked or is_limiting
         name = f.resource + (f" [{f.subject}]" if f.subject else "")
+        demand, available = quantity(f.demand, f.unit), quantity(f.available, f.unit)
+        if (demand == available and f.unit == "bytes" and isinstance(f.demand, int | float)
+                and isinstance(f.available, int | float) and f.demand != f.available):
+            # Rounded alike (a one-byte shortfall reads "8.8 GiB | 8.8 GiB" beside NO): the bytes show it.
+            demand, available = f"{demand} ({int(f.demand):,} B)", f"{available} ({int(f.available):,} B)"
         rows.append([
             ("> " if is_limiting else "  ") + name,
-            quantity(f.demand, f.unit),
-            quantity(f.available, f.unit),
+            demand,
+            available,
             fit_mark(f),
             short_source(f.source),
         ])

@@ -178,12 +178,13 @@ def stage1_decision(view: ScenarioView) -> Decision | None:
     """Stage 1's own decision, as the engine makes it (``canary.admission.decisions.hard_fit_decision``
     over ``hard_fit``: reject on a hard misfit, unknown when it cannot tell — or reject next to an
     unprofiled resident where the policy says so — admit on an empty device or into a MIG instance),
-    or ``None`` when interference is left to judge. No memory booked by other admissions is counted."""
+    or ``None`` when interference is left to judge. A scenario has no other admissions, so nothing is
+    booked (``booked_bytes=0``: known, not unread)."""
     from canary.admission.decisions import hard_fit, hard_fit_decision
 
     req = view.request
     hard = hard_fit(req)
-    settled = hard_fit_decision(req, hard)
+    settled = hard_fit_decision(req, hard, booked_bytes=0)
     if settled is None:
         return None
     limiting = hard.limiting_resource if settled.verdict != "admit" else None

@@ -52,8 +52,8 @@ def _request(
     """The example MPS room (one profiled resident, ``comms``), reshaped by the row's columns."""
     req = load_request(SNAP, EMB)
     snap = req.snapshot
-    if residents == "none":
-        snap = snap.model_copy(update={"residents": ()})
+    if residents == "none":  # nothing runs: no resident, and the MPS server has no client left
+        snap = snap.model_copy(update={"residents": (), "mps": snap.mps.model_copy(update={"clients": 0})})
     elif residents == "unprofiled":
         snap = snap.model_copy(update={"residents": (*snap.residents, Resident(name="mystery", pid=4242))})
     changes: dict[str, object] = {"on_unprofiled_resident": on_unprofiled, "on_probe_inconclusive": on_inconclusive}
@@ -134,7 +134,7 @@ def test_hard_fit_decision(
     expected: tuple[str, str, float | None, str] | None,
 ) -> None:
     req = _request(residents=residents, regime=regime, on_unprofiled=on_unprofiled)
-    decision = hard_fit_decision(req, hard)
+    decision = hard_fit_decision(req, hard, booked_bytes=0)  # the store read: nothing booked
     if expected is None:
         assert decision is None
         return

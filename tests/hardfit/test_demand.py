@@ -165,3 +165,15 @@ def test_shortfall_in_the_table_and_the_json() -> None:
     doc = json.loads(hard.model_dump_json())
     assert next(f for f in doc["findings"] if f["resource"] == "hbm")["shortfall"] == "never"
     assert doc["memory_demand_bytes"] == 100 * GiB + CONTEXT
+
+
+def test_figures_that_round_alike_show_their_bytes_in_the_table() -> None:
+    """9,395,240,961 B against 9,395,240,960 B both print as 8.8 GiB; beside NO the table must show
+    the byte that is missing, and figures that differ visibly stay short."""
+    short = Finding(resource="hbm", demand=9_395_240_961, available=9_395_240_960, unit="bytes", verdict="no",
+                    source="t", shortfall="never")
+    line = next(x for x in findings_table([short], "hbm").splitlines() if "hbm" in x)
+    assert "(9,395,240,961 B)" in line and "(9,395,240,960 B)" in line
+    clear = Finding(resource="hbm", demand=10 * GiB, available=8 * GiB, unit="bytes", verdict="no", source="t",
+                    shortfall="never")
+    assert " B)" not in findings_table([clear], "hbm")
