@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Select, select
 from sqlalchemy.orm import Session
 
 from canary.errors import InputError
@@ -32,7 +32,13 @@ from evidence_store.schemas import (
 
 @contextmanager
 def store(url: str | None) -> Iterator[Engine]:
-    """An engine for a store at the current schema (``SchemaOutOfDate`` otherwise), disposed afterwards."""
+    """An engine for a store at the current schema (``SchemaOutOfDate`` otherwise), disposed afterwards.
+
+    A SQLite store whose file does not exist is refused before anything connects (connecting would
+    leave an empty file behind, and a typo in the path would then read as a store without a schema);
+    the commands that create a store are ``canary db upgrade`` and those that write evidence (``canary
+    admit``, ``open_store_for_writing``)."""
+    require_existing_store(url)
     engine = open_store(url)
     try:
         yield engine
@@ -40,14 +46,44 @@ def store(url: str | None) -> Iterator[Engine]:
         engine.dispose()
 
 
+#: A date with a zone and no time of day (``2026-12-03Z``, ``2026-12-03+02:00``): midnight in that zone.
+#: ``datetime.fromisoformat`` refuses the first and reads the second as 02:00 with no zone.
+_DATE_WITH_ZONE = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})(?P<zone>Z|[+-]\d{2}:\d{2})", re.IGNORECASE)
+
+
+def require_existing_store(url: str | None) -> None:
+    """Raise ``SchemaOutOfDate`` (exit 4) naming the path when ``url`` is a SQLite file that does not
+    exist; create nothing. Other URLs (PostgreSQL, in-memory) pass: the connection says what it finds."""
+    from canary.errors import SchemaOutOfDate
+    from evidence_store.location import check_db_url, default_db_url, sqlite_file
+
+    resolved = url or default_db_url()
+    check_db_url(resolved)  # a missing directory is bad input (exit 2), as everywhere else
+    path = sqlite_file(resolved)
+    if path is not None and not path.exists():
+        raise SchemaOutOfDate(
+            f"no store at {path} (nothing created; check the path): canary db upgrade, with the same "
+            "--db or CANARY_DB_URL, creates one there"
+        )
+
+
 def parse_time(text: str, *, field: str) -> datetime:
-    """An ISO-8601 time with a zone (``2026-11-30T06:00:00Z``); a time without one is refused."""
+    """An ISO-8601 time with a zone (``2026-11-30T06:00:00Z``), or a date with a zone meaning midnight
+    there (``2026-11-30Z`` is ``2026-11-30T00:00:00Z``), in UTC; a time or date without a zone is refused
+    with an example of one this accepts."""
+    text = text.strip()
+    dated = _DATE_WITH_ZONE.fullmatch(text)
+    candidate = f"{dated['date']}T00:00:00{dated['zone']}" if dated else text
     try:
-        value = datetime.fromisoformat(text)
+        value = datetime.fromisoformat(candidate.replace("z", "Z"))
     except ValueError as err:
-        raise InputError(f"not an ISO-8601 time: {text!r}", field=field) from err
+        raise InputError(
+            f"not an ISO-8601 time with a zone: {text!r} (e.g. 2026-11-30T06:00:00Z, or 2026-11-30Z for "
+            "midnight UTC)",
+            field=field,
+        ) from err
     if value.tzinfo is None:
-        raise InputError(f"{text!r} has no time zone; add one, e.g. {text}Z", field=field)
+        raise InputError(f"{text!r} has no time zone; add one, e.g. {text}Z (UTC)", field=field)
     return value.astimezone(UTC)
 
 
@@ -94,8 +130,39 @@ def fmt_slowdown(rec: EvidenceOut) -> str:
     return text
 
 
+#: Outcomes that decided nothing: a confidence stored with one is the level the probe was asked to reach
+#: (its interval's nominal coverage), not one it reached.
+UNDECIDED_OUTCOMES = ("inconclusive", "aborted")
+
+
 def fmt_confidence(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.3f}"
+
+
+def fmt_record_confidence(rec: EvidenceOut, *, long: bool = False) -> str:
+    """The confidence a record reached: its stored value for a safe or unsafe outcome; for an
+    inconclusive or aborted one none was reached, so ``-`` (``long``: says so, with the level asked)."""
+    if rec.outcome not in UNDECIDED_OUTCOMES:
+        return fmt_confidence(rec.confidence)
+    if not long:
+        return "-"
+    asked = "" if rec.confidence is None else f" ({rec.confidence:.3f} was asked)"
+    return f"none reached: the probe was {rec.outcome}{asked}"
+
+
+#: The store has kept ``status_changed_at`` since this migration; a stale or revoked record without one
+#: changed status before it.
+STATUS_TIME_SINCE_REVISION = "fa1f2187b9d5"
+
+
+def fmt_status_changed(rec: EvidenceOut) -> str:
+    """When a record became stale or revoked; ``-`` for a current record (its status never changed);
+    ``unknown`` for one that changed before the store kept this time (never guessed)."""
+    if rec.status == "current":
+        return "-"
+    if rec.status_changed_at is None:
+        return f"unknown (before this store kept the time of a status change, revision {STATUS_TIME_SINCE_REVISION})"
+    return fmt_time(rec.status_changed_at)
 
 
 def fmt_minute(value: datetime) -> str:
@@ -143,7 +210,7 @@ def evidence_rows(
                 r.source,
                 r.outcome,
                 fmt_slowdown(r),
-                fmt_confidence(r.confidence),
+                fmt_record_confidence(r),
                 r.status,
             ]
         )
@@ -319,17 +386,24 @@ def list_evidence_for_pairs(
 ) -> list[EvidenceOut]:
     """Records of these (resident version, candidate version) pairs, newest first, filtered like
     ``evidence.list_evidence``."""
+    from evidence_store.evidence import newest_records
+
+    query = pairs_query(pairs)
+    if query is None:
+        return []
+    return newest_records(session, query, device_type=device_type, status=status, limit=limit)
+
+
+def pairs_query(pairs: Iterable[tuple[str, str]]) -> Select[Evidence] | None:
+    """The records of these (resident version, candidate version) pairs; ``None`` for no pair."""
     from sqlalchemy import and_, or_
 
     wanted = list(pairs)
     if not wanted:
-        return []
-    from evidence_store.evidence import newest_records
-
-    query = select(Evidence).where(
+        return None
+    return select(Evidence).where(
         or_(*(and_(Evidence.resident_version == r, Evidence.candidate_version == c) for r, c in wanted))
     )
-    return newest_records(session, query, device_type=device_type, status=status, limit=limit)
 
 
 def terminal_columns() -> int | None:

@@ -104,8 +104,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from sqlalchemy import func, select
-
     from evidence_store.cli_support import (
         EVIDENCE_FIT,
         check_pair_filter,
@@ -114,12 +112,13 @@ def run_list(args: argparse.Namespace) -> int:
         list_evidence_for_pairs,
         pair_names,
         pairs_matching,
+        pairs_query,
         store,
         terminal_columns,
         write_json,
     )
     from evidence_store.database import session_scope
-    from evidence_store.evidence import list_evidence
+    from evidence_store.evidence import count_records, list_evidence
     from evidence_store.models import Evidence
 
     if not 0 <= args.limit <= 10**9:
@@ -149,9 +148,11 @@ def run_list(args: argparse.Namespace) -> int:
             )
             if not records:
                 swapped = len(_swapped_matches(args.pair, names))
-        total = len(records)
-        if args.limit and total == args.limit and not args.json:
-            total = session.scalar(select(func.count()).select_from(Evidence)) or 0
+        matching = len(records)
+        if args.limit and matching == args.limit and not args.json:
+            # The limit cut the listing: how many records the same filters match in all.
+            query = None if args.pair is None else pairs_query(pairs_matching(args.pair, names))
+            matching = count_records(session, query, device_type=args.device_type, status=args.status)
     if args.json:
         out = []
         for r in records:
@@ -170,8 +171,10 @@ def run_list(args: argparse.Namespace) -> int:
     sys.stdout.write(text + "\n")
     if dropped:
         sys.stdout.write(f"(hidden to fit {width} columns: {', '.join(dropped)})\n")
-    if args.limit and len(records) == args.limit:
-        sys.stdout.write(f"(first {args.limit} shown, {total} records in the store; --limit 0 shows all)\n")
+    if len(records) < matching:
+        filtered = args.pair is not None or args.device_type is not None or args.status is not None
+        what = "match these filters" if filtered else "in the store"
+        sys.stdout.write(f"(first {len(records)} shown; {matching} records {what}; --limit 0 shows all)\n")
     return EXIT_ADMIT
 
 
@@ -224,8 +227,9 @@ def run_show(args: argparse.Namespace) -> int:
     from canary.tables import table
     from evidence_store.cli_support import (
         evidence_rows,
-        fmt_confidence,
+        fmt_record_confidence,
         fmt_slowdown,
+        fmt_status_changed,
         fmt_time,
         pair_names,
         probe_decision,
@@ -272,7 +276,7 @@ def run_show(args: argparse.Namespace) -> int:
             "candidate slowdown",
             "unknown" if record.candidate_slowdown_pct is None else f"{record.candidate_slowdown_pct:.1f}%",
         ),
-        ("confidence", fmt_confidence(record.confidence)),
+        ("confidence", fmt_record_confidence(record, long=True)),
         ("decided by", "not in this store's probe journal" if decided is None
          else f"{decided['rule'] or 'unknown'}: {decided['reason'] or 'no reason recorded'}"),
         ("samples / exposure", f"{record.samples} / {record.exposure_used}"),
@@ -287,6 +291,7 @@ def run_show(args: argparse.Namespace) -> int:
                 else ""
             ),
         ),
+        ("status changed", fmt_status_changed(record)),
         ("superseded by", record.superseded_by or "-"),
     ]
     sys.stdout.write("".join(line + "\n" for line in key_values(details)))
@@ -412,18 +417,22 @@ def run_expire(args: argparse.Namespace) -> int:
         sys.stdout.write(f"preview: nothing changed. This would mark {would} current record(s) {scope} stale, so "
                          f"no admission can use them.\nto do it: {again}\n")  # a preview is not an error
         return EXIT_ADMIT
+    from datetime import UTC, datetime
+
     with store(args.db) as engine, session_scope(engine) as session:
-        count = expire(session, before=before)
+        count = expire(session, before=before, now=datetime.now(UTC))
     sys.stdout.write(f"{count} record(s) marked stale\n")
     return EXIT_ADMIT
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-    """Revoke one record. A record already revoked is left as it is — its first reason stays — and
-    the command says so and exits 0 (the record is revoked, as asked); the store keeps no time of a
-    revocation, so none is shown."""
+    """Revoke one record, now. A record already revoked is left as it is — its first reason and time
+    stay — and the command says so (with that time, or that it is unknown for a record revoked before
+    the store kept it) and exits 0: the record is revoked, as asked."""
+    from datetime import UTC, datetime
+
     from canary.errors import InputError
-    from evidence_store.cli_support import resolve_evidence_id, store
+    from evidence_store.cli_support import fmt_time, resolve_evidence_id, store
     from evidence_store.database import session_scope
     from evidence_store.evidence import revoke
     from evidence_store.models import Evidence
@@ -436,13 +445,15 @@ def run_revoke(args: argparse.Namespace) -> int:
         row = session.get(Evidence, full_id)
         already = row is not None and row.status == "revoked"
         earlier = row.revoked_reason if row is not None else None
+        when = row.status_changed_at if row is not None else None
         if not already:
-            revoke(session, full_id, why)
+            revoke(session, full_id, why, now=datetime.now(UTC))
     if not already:
         sys.stdout.write(f"revoked {full_id}\n")
         return EXIT_ADMIT
     said = f" (why: {earlier!r})" if earlier else " (no reason recorded)"
-    text = f"{full_id} was already revoked{said}; nothing changed"
+    at = f" at {fmt_time(when)}" if when is not None else " at an unknown time (before the store kept it)"
+    text = f"{full_id} was already revoked{at}{said}; nothing changed"
     if why != (earlier or ""):
         text += f": the reason given now ({why!r}) is not recorded"
     sys.stdout.write(text + "\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 from evidence_store.database import make_engine, session_scope
@@ -36,18 +37,24 @@ def test_revoking_a_revoked_record_says_so_and_keeps_the_first_reason(tmp_path: 
     assert first.returncode == 0, first.stderr
     assert first.stdout == f"revoked {record_id}\n"
 
-    again = _canary(tmp_path, "--db", url, "evidence", "revoke", record_id[:8], "--why", "other")
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == (
-        f"{record_id} was already revoked (why: 'load generator broken'); nothing changed: "
-        "the reason given now ('other') is not recorded\n"
-    )
-    same = _canary(tmp_path, "--db", url, "evidence", "revoke", record_id, "--why", "load generator broken")
-    assert same.stdout == f"{record_id} was already revoked (why: 'load generator broken'); nothing changed\n"
-
     listed = _canary(tmp_path, "--db", url, "evidence", "list", "--json")
     (record,) = json.loads(listed.stdout)
     assert (record["status"], record["revoked_reason"]) == ("revoked", "load generator broken")
+    # The time of the first revocation, as the tables show times (UTC, whole seconds).
+    when = datetime.fromisoformat(record["status_changed_at"]).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+    again = _canary(tmp_path, "--db", url, "evidence", "revoke", record_id[:8], "--why", "other")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == (
+        f"{record_id} was already revoked at {when} (why: 'load generator broken'); nothing changed: "
+        "the reason given now ('other') is not recorded\n"
+    )
+    same = _canary(tmp_path, "--db", url, "evidence", "revoke", record_id, "--why", "load generator broken")
+    assert same.stdout == (
+        f"{record_id} was already revoked at {when} (why: 'load generator broken'); nothing changed\n"
+    )
+    relisted = _canary(tmp_path, "--db", url, "evidence", "list", "--json")
+    assert json.loads(relisted.stdout) == [record]  # the first reason and time stay
 
 
 def test_a_blank_reason_is_refused_naming_the_option(tmp_path: Path) -> None:
