@@ -17,8 +17,9 @@ def add_parser(sub: Any) -> None:
     warm.add_argument("--from-history", action="store_true", help="build the plan from the admissions actually "
                       "requested (and evidence about to expire) instead of a file; see docs/operations.md")
     warm.add_argument("--since", help=f"--from-history only: admission history window (default {SINCE_DEFAULT})")
-    warm.add_argument("--expiring-within", help="--from-history only: also pairs whose evidence expires within "
-                      "this duration, e.g. 24h (default: none)")
+    warm.add_argument("--expiring-within", help="evidence that expires within this duration (e.g. 24h) is not "
+                      "fresh: its pairs are probed again (a plan's pair whose freshest evidence expires then is due; "
+                      "with --from-history, such pairs join the plan); default: none")
     warm.add_argument("--top", type=int, help="--from-history only: at most N requested (and N expiring) pairs "
                       f"(default {TOP_DEFAULT})")
     warm.add_argument("--budget-s", type=float, help="override the plan's global time budget in seconds (default: "
@@ -71,6 +72,24 @@ def _progress(outcome: Any, total: int) -> None:
     say(sys.stderr, f"[{outcome.index + 1}/{total}] {outcome.status:<15} {outcome.label}{extra}\n")
 
 
+def _probe_started(total: int) -> Any:
+    """One line on stderr as a pair's probe starts (a probe on hardware runs for minutes): the pair,
+    its device and the risk budget the probe runs under (the largest over the pair's residents)."""
+    from canary.errors import say
+
+    def started(index: int, label: str, req: Any) -> None:
+        budgets = [req.policy.budget_for(r.profile.workload_class) for r in req.snapshot.residents
+                   if r.profile is not None]
+        budget = (f"budget up to {max(b.max_probe_time_s for b in budgets):g} s and "
+                  f"{max(b.max_requests_exposed for b in budgets)} request(s) exposed" if budgets
+                  else "no profiled resident")
+        device = "" if req.device.kind == "catalog" else f" (device {req.device.ref})"  # the label names its type
+        say(sys.stderr, f"[{index + 1}/{total}] {'probing':<15} {label}{device}: {budget} "
+                        f"(policy {req.policy.name})\n")
+
+    return started
+
+
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:+.1f}%"
 
@@ -95,14 +114,17 @@ def _print_report(report: Any, *, drift: bool) -> None:
         row = [str(p.index + 1), p.status, p.label, _outcome(p.outcome), _pct(p.slowdown_pct)]
         if drift:
             row[3:3] = [p.old_driver or "–", _outcome(p.old_outcome), _pct(p.old_slowdown_pct)]
+        else:
+            row.append(_expiry(p.expires_at))
         rows.append(row)
-    headers = ["#", "status", "pair", "outcome", "slowdown"]
+    headers = ["#", "status", "pair", "outcome", "slowdown", "evidence expires"]
     if drift:
         headers = ["#", "status", "pair", "old driver", "old outcome", "old slowdown", "new outcome", "new slowdown"]
     sys.stdout.write(table(headers, rows) + "\n")
     for p in report.pairs:  # why a pair failed, or what an earlier node of the run recorded
-        if p.status in ("error", "done-in-run", "failed-in-run", "leased", "out-of-scope", "duplicate"):
-            sys.stdout.write(f"{p.index + 1}: {p.status}: {p.detail}\n")
+        if p.status in ("error", "done-in-run", "failed-in-run", "leased", "out-of-scope", "duplicate") or _aborted(p):
+            sys.stdout.write(f"{p.index + 1}: {p.status}"
+                             + (f" ({p.outcome})" if _aborted(p) else "") + f": {p.detail}\n")
     counts = ", ".join(f"{s} {report.count(s)}" for s in ("probed", "predicted", "queued", "fresh", "no-probe-needed",
                                                            "does-not-fit", "unknown-fit",
                                                            "done-in-run", "failed-in-run", "leased", "out-of-scope", "duplicate",
@@ -111,6 +133,18 @@ def _print_report(report: Any, *, drift: bool) -> None:
                        if report.count(s)) or "no pairs"
     sys.stdout.write(f"{report.plan}: {counts}; {report.wall_s:.1f} s of {report.budget_s:g} s budget"
                      + (f"; {report.stale_marked} record(s) marked stale" if drift else "") + "\n")
+
+
+def _expiry(value: str | None) -> str:
+    """A fresh row's soonest evidence expiry, to the minute, UTC."""
+    import datetime as dt
+
+    return "–" if value is None else f"{dt.datetime.fromisoformat(value):%Y-%m-%d %H:%M}Z"
+
+
+def _aborted(p: Any) -> bool:
+    """A pair whose probe ran now and was aborted: nothing was learnt, so its evidence is still missing."""
+    return bool(p.status == "probed" and p.outcome == "aborted")
 
 
 def _exit_code(report: Any) -> int:
@@ -133,6 +167,11 @@ def _exit_code(report: Any) -> int:
         say(sys.stderr, f"canary: {leased} of {len(report.pairs)} pair(s) of the fleet run are leased by another "
                         "process and not answered yet (listed below the table); run the job again when it "
                         "finishes or its lease expires\n")
+    aborted = sum(1 for p in report.pairs if _aborted(p))
+    if aborted:
+        say(sys.stderr, f"canary: {aborted} probe(s) were aborted (the reason is below the table): nothing was learnt "
+                        "about those pairs, so their evidence is still missing; run the job again when the cause "
+                        "is gone\n")
     skipped = report.count("skipped-budget")
     if skipped:
         total = len(report.pairs)
@@ -141,7 +180,7 @@ def _exit_code(report: Any) -> int:
                 else f"ran out before {skipped} of {total} pair(s)")
         say(sys.stderr, f"canary: the time budget of {report.budget_s:g} s {what}: their evidence is still "
                         "missing; run the job again to resume, or give a larger --budget-s\n")
-    return 3 if skipped or leased else 0
+    return 3 if skipped or leased or aborted else 0
 
 
 def _check_warm_options(args: argparse.Namespace) -> None:
@@ -157,8 +196,7 @@ def _check_warm_options(args: argparse.Namespace) -> None:
                 raise UsageError("is not used with --from-history (its pairs run one at a time here, or on "
                                  "their device's agent)", field=option)
         return
-    for value, option in ((args.since, "--since"), (args.expiring_within, "--expiring-within"),
-                          (args.top, "--top")):
+    for value, option in ((args.since, "--since"), (args.top, "--top")):
         if value is not None:
             raise UsageError("only means something with --from-history (a plan file lists its pairs itself)",
                              field=option)
@@ -204,20 +242,36 @@ def run_warm(args: argparse.Namespace) -> int:
 
         raise UsageError("must not be empty", field="--run-id")
     check_plan(plan, args.plan)  # every pair's files load before the store is touched
+    fresh_until = None
+    if args.expiring_within is not None:
+        import datetime as dt
+
+        from canary.admission import utcnow
+        from canary.jobs.history import parse_duration
+
+        # evidence that expires inside the window is not fresh for this run: its pairs are probed again
+        fresh_until = utcnow() + dt.timedelta(seconds=parse_duration(args.expiring_within, "--expiring-within"))
+    started = _probe_started(len(plan.pairs))
 
     async def go() -> Any:
         if args.fleet:
             from canary.jobs.warm import warm_fleet_async
 
             return await warm_fleet_async(plan, run_id=args.run_id or _default_run_id(args.plan, plan.name),
-                                          db_url=args.db, seed=args.seed, progress=_progress)
-        return await warm_async(plan, db_url=args.db, seed=args.seed, progress=_progress)
+                                          db_url=args.db, seed=args.seed, fresh_until=fresh_until,
+                                          progress=_progress, on_start=started)
+        return await warm_async(plan, db_url=args.db, seed=args.seed, fresh_until=fresh_until, progress=_progress,
+                                on_start=started)
 
     report = anyio.run(go)
     sys.stdout.write(_as_json(report) + "\n") if args.json else _print_report(report, drift=False)
     if report.queue is not None and not args.json:
         sys.stdout.write("fleet run: " + ", ".join(f"{k} {v}" for k, v in sorted(report.queue.items())) + "\n")
     return _exit_code(report)
+
+
+#: The command-line names ``load_request`` gives a bad value, and the plan field that holds it in a plan.
+PLAN_FIELDS = {"--policy": "policy", "--regime": "regime", "--resident": "residents", "DEVICE": "device"}
 
 
 def check_plan(plan: Any, plan_file: str) -> None:
@@ -232,6 +286,10 @@ def check_plan(plan: Any, plan_file: str) -> None:
         try:
             load_pair(pair, check_probe=True)
         except InputError as exc:  # named as the plan's own field errors name it (pairs[0] is the first)
+            own = PLAN_FIELDS.get(exc.field or "")
+            if own is not None and exc.file is None:  # a value written in the plan itself: its own field
+                raise InputError(f"pair {index + 1} of the plan: {exc.problem}", file=plan_file,
+                                 field=f"pairs[{index}].{own}") from None
             raise InputError(f"pair {index + 1} of the plan: {exc}", file=plan_file, field=f"pairs[{index}]") from None
         except OperationalError:
             continue
@@ -258,6 +316,7 @@ def run_revalidate(args: argparse.Namespace) -> int:
         WarmReport,
         attach_old_evidence,
         mark_stale_and_record_drift,
+        record_reprobes,
         stale_preview,
         warm_async,
     )
@@ -297,10 +356,11 @@ def run_revalidate(args: argparse.Namespace) -> int:
 
     async def go() -> WarmReport:
         return await warm_async(plan, db_url=args.db, seed=args.seed, driver=args.driver, device_type=device_type,
-                                progress=_progress)
+                                progress=_progress, on_start=_probe_started(len(plan.pairs)))
 
     report = anyio.run(go)
     report.stale_marked = stale
+    record_reprobes(args.db, events, report)
     attach_old_evidence(report, plan, args.db, args.driver)
     if args.json:
         doc = json.loads(_as_json(report))
@@ -310,9 +370,13 @@ def run_revalidate(args: argparse.Namespace) -> int:
         _print_report(report, drift=True)
         if events:
             sys.stdout.write(f"drift event(s) recorded: {', '.join(events)} (canary drift ID)\n")
-        sys.stdout.write(f"simulated devices reported driver {args.driver} for these probes; to decide with the "
-                         f"new evidence on the simulator, run with --sim-driver {args.driver} (or "
-                         f"CANARY_SIM_DRIVER={args.driver}); a live device must run {args.driver} itself\n")
+        if report.count("probed"):  # said only of probes that ran
+            sys.stdout.write(f"simulated devices reported driver {args.driver} for these probes; to decide with the "
+                             f"new evidence on the simulator, run with --sim-driver {args.driver} (or "
+                             f"CANARY_SIM_DRIVER={args.driver}); a live device must run {args.driver} itself. "
+                             "The simulator models no driver: on a simulated device old and new differ only by "
+                             "simulated run-to-run noise (a re-probe simulates another run than the old one), "
+                             "never by the driver\n")
     return _exit_code(report)
 
 
@@ -337,11 +401,20 @@ def _revalidate_preview(args: argparse.Namespace, groups: list[Any]) -> int:
 
 
 def run_recover(args: argparse.Namespace) -> int:
+    import socket
+
     from canary.admission import open_store_for_writing, utcnow
     from canary.admission.recovery import recover_store
+    from evidence_store import warm_queue
+    from evidence_store.database import session_scope
 
     engine = open_store_for_writing(args.db)
     report = recover_store(engine, now=utcnow(), kill=not args.no_kill)
+    # A fleet warm node killed on this host (SIGKILL) leaves its pair leased until the lease expires:
+    # released now, so a rerun of the run claims it at once. Holders on other hosts keep their leases.
+    with session_scope(engine) as session:
+        released = warm_queue.release_dead_local(session, host=socket.gethostname(), pid_alive=_pid_alive,
+                                                 now=utcnow())
     if args.json:
         sys.stdout.write(json.dumps([{**p.__dict__, "lease_expired_at": p.lease_expired_at.isoformat()}
                                      for p in report.probes], indent=2) + "\n")
@@ -349,10 +422,27 @@ def run_recover(args: argparse.Namespace) -> int:
         for p in report.probes:
             sys.stdout.write(f"probe {p.probe_id} (owner {p.owner}, pgid {p.pgid}): aborted; canary {p.action}: "
                              f"{p.detail}\n")
+        for item_id, owner in released:
+            sys.stdout.write(f"fleet warm pair {item_id}: lease of {owner} released (that process is gone from "
+                             "this host); queued again\n")
         sys.stdout.write(f"{report.aborted} orphaned probe(s) aborted"
                          + (f"; {len(report.failed)} canary process group(s) may still run" if report.failed else "")
-                         + "\n")
+                         + (f"; {len(released)} fleet warm lease(s) of dead local processes released"
+                            if released else "") + "\n")
     return 4 if report.failed else 0
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host (one another user owns counts as running)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def run_warm_history(args: argparse.Namespace) -> int:

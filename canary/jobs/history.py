@@ -31,7 +31,13 @@ from typing import Any
 
 from canary.admission.request import QueuedRequest
 from canary.errors import InputError
-from canary.jobs.warm import PairOutcome, WarmReport, answer_without_probe, classify_certificate
+from canary.jobs.warm import (
+    PairOutcome,
+    WarmReport,
+    answer_without_probe,
+    classify_certificate,
+    with_evidence_facts,
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, None: 1}
@@ -164,7 +170,7 @@ async def warm_from_history(plan: list[PlanEntry], *, engine: Any, run_id: str, 
                 req = entry.request.request()
                 cert = await admit_async(req, engine=engine, reserve=False, seed=seed + index,
                                          evidence_as_of=fresh_until)
-                outcome = classify_certificate(index, entry.label, cert)
+                outcome = with_evidence_facts(classify_certificate(index, entry.label, cert), cert, engine)
                 if outcome.status == "fresh":
                     outcome = dataclasses.replace(outcome, detail=outcome.detail + _until(fresh_until))
             except Exception as exc:

@@ -49,6 +49,8 @@ class PairOutcome:
     old_slowdown_pct: float | None = None
     old_interval_pct: tuple[float, float] | None = None
     old_outcome: str | None = None
+    expires_at: str | None = None
+    """``fresh``: when the soonest-expiring of the records that cover the pair expires (ISO 8601, UTC)."""
 
 
 @dataclass
@@ -68,6 +70,20 @@ class WarmReport:
 def _label(req: Request) -> str:
     residents = "+".join(r.name for r in req.snapshot.residents) or "(idle)"
     return f"{req.candidate.name} beside {residents} on {req.spec.name} ({req.regime})"
+
+
+def pair_label(pair: PlannedPair, driver: str | None = None) -> str:
+    """The pair as every row of a report names it: candidate beside residents on device (regime), as
+    ``_label`` gives it once the pair loads; a pair that cannot be loaded (its error is the row's
+    reason) is named from its files the same way, so two pairs on one device are never told apart by
+    the candidate alone."""
+    from pathlib import Path
+
+    try:
+        return _label(_with_driver(load_pair(pair), driver))
+    except Exception:  # the row's own detail says why it failed; the label still names the pair
+        residents = "+".join(Path(r).stem for r in pair.residents) or "(residents of the device)"
+        return f"{Path(pair.candidate).stem} beside {residents} on {pair.device}"
 
 
 def _with_driver(req: Request, driver: str | None) -> Request:
@@ -99,19 +115,57 @@ def load_pair(pair: PlannedPair, *, check_probe: bool = False) -> Request:
 
 
 async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, driver: str | None,
-                    deadline: float) -> PairOutcome:
+                    deadline: float, fresh_until: dt.datetime | None = None,
+                    on_start: Callable[[int, str, Request], None] | None = None) -> PairOutcome:
     req = _with_driver(load_pair(pair), driver)
     label = _label(req)
     if time.monotonic() >= deadline:
         return PairOutcome(index, label, "skipped-budget", "the job's time budget ran out before this pair")
-    attempt_seed = seed + index + ATTEMPT_SEED_STRIDE * _earlier_attempts(engine, req)
-    cert = await admit_async(req, engine=engine, reserve=False, seed=attempt_seed)
-    return classify_certificate(index, label, cert)
+    attempt_seed = seed + index + ATTEMPT_SEED_STRIDE * _earlier_attempts(engine, req) + driver_seed_offset(driver)
+    if on_start is not None:
+        on_start(index, label, req)
+    cert = await admit_async(req, engine=engine, reserve=False, seed=attempt_seed, evidence_as_of=fresh_until)
+    return with_evidence_facts(classify_certificate(index, label, cert), cert, engine)
 
 
 #: How far apart the simulated seeds of a pair's successive attempts are (beyond any plan's indices).
 ATTEMPT_SEED_STRIDE = 100_003
 
+
+def driver_seed_offset(driver: str | None) -> int:
+    """What ``canary revalidate --driver V`` adds to a simulated re-probe's seed: a stable number drawn
+    from ``V`` (CRC-32, a multiple of the attempt stride apart from 0), so the first re-probe under
+    ``V`` simulates another run than the old driver's first attempt instead of replaying it (the same
+    seed gave the same simulated slowdown, shown as old and new alike). 0 without a driver override
+    (``canary warm``): its seeds are as documented."""
+    import zlib
+
+    if driver is None:
+        return 0
+    return ATTEMPT_SEED_STRIDE * (1 + zlib.crc32(driver.encode()) % 1_000_003)
+
+
+def with_evidence_facts(outcome: PairOutcome, cert: Any, engine: Any) -> PairOutcome:
+    """A ``fresh`` pair's row with what its evidence says: the largest resident slowdown the records
+    that decided it measured, and when the soonest of them expires (a nightly job with
+    ``--expiring-within`` re-probes it before then). Other rows are returned as they are."""
+    if outcome.status != "fresh" or cert.evidence is None or not cert.evidence.ids:
+        return outcome
+    from sqlalchemy import select
+
+    from evidence_store.database import session_scope
+    from evidence_store.models import Evidence
+    from evidence_store.schemas import to_utc
+
+    with session_scope(engine, read_only=True) as session:
+        rows = list(session.scalars(select(Evidence).where(Evidence.id.in_(list(cert.evidence.ids)))).all())
+    if not rows:
+        return outcome
+    slowdowns = [r.resident_slowdown_pct for r in rows if r.resident_slowdown_pct is not None]
+    expires = min(to_utc(r.expires_at) for r in rows)
+    return dataclasses.replace(outcome, slowdown_pct=max(slowdowns) if slowdowns else None,
+                               expires_at=expires.isoformat(),
+                               detail=f"{outcome.detail}; it expires {expires:%Y-%m-%d %H:%M}Z")
 
 def _earlier_attempts(engine: Any, req: Request) -> int:
     """How many probe records the pair's keys already have under the request's driver (inconclusive
@@ -185,7 +239,7 @@ def _identity(pair: PlannedPair) -> tuple[Any, ...] | None:
 
 
 def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None,
-            device_type: str | None = None) -> PairOutcome | None:
+            device_type: str | None = None, fresh_until: dt.datetime | None = None) -> PairOutcome | None:
     """What the pair gets without a probe, read from stage 1 and the store before the budget is
     spent on probes: does not fit, fresh evidence, nothing to probe, its device cannot be reached
     (``error``), or (``device_type``) it runs on another device type than the one being revalidated.
@@ -198,9 +252,9 @@ def _triage(index: int, pair: PlannedPair, *, engine: Any, driver: str | None,
                                + (f" under driver {driver}" if driver else "")
                                + " (its evidence was not marked stale either)")
         req = _with_driver(req, driver)
-        return answer_without_probe(index, _label(req), req, engine=engine)
+        return answer_without_probe(index, _label(req), req, engine=engine, as_of=fresh_until)
     except Exception as exc:  # one failed pair is reported, the job goes on
-        return PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
+        return PairOutcome(index, pair_label(pair, driver), "error", _reason(exc))
 
 
 def answer_without_probe(index: int, label: str, req: Request, *, engine: Any,
@@ -215,7 +269,7 @@ def answer_without_probe(index: int, label: str, req: Request, *, engine: Any,
     if settlement.settled.probe_keys:
         return None
     cert = make_certificate(settlement.req, settlement.hard, settlement.settled.decision, now)
-    return classify_certificate(index, label, cert)
+    return with_evidence_facts(classify_certificate(index, label, cert), cert, engine)
 
 
 #: How often a fleet node with nothing left to claim looks again while other nodes hold leases.
@@ -223,8 +277,9 @@ LEASE_POLL_S = 0.5
 
 
 async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, seed: int = 0,
-                           driver: str | None = None, lease_s: float = 900.0,
-                           progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
+                           driver: str | None = None, lease_s: float = 900.0, fresh_until: dt.datetime | None = None,
+                           progress: Callable[[PairOutcome, int], None] | None = None,
+                           on_start: Callable[[int, str, Request], None] | None = None) -> WarmReport:
     """One node's share of a fleet warm run: every node enqueues the same plan under the same
     ``run_id`` and leases pairs from the store until none is left, so each pair is probed once per
     run however many nodes work on it. The report lists the pairs this node ran."""
@@ -278,10 +333,10 @@ async def warm_fleet_async(plan: WarmPlan, *, run_id: str, db_url: str | None, s
                     outcome = duplicate_of[item.position]
                 else:
                     outcome = await _warm_one(item.position, pair, engine=engine, seed=seed, driver=driver,
-                                              deadline=deadline)
+                                              deadline=deadline, fresh_until=fresh_until, on_start=on_start)
                 final: warm_queue.FinalState = "done"
             except Exception as exc:  # one failed pair is reported, the run goes on
-                outcome = PairOutcome(item.position, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
+                outcome = PairOutcome(item.position, pair_label(pair, driver), "error", _reason(exc))
                 final = "failed"
             except BaseException:
                 # Cancelled (SIGINT, the budget's deadline): the pair was not answered. Hand it back to
@@ -359,9 +414,13 @@ def _rest_of_run(session: Any, run_id: str, ran_here: set[int]) -> list[PairOutc
 
 
 def _queued_label(pair_json: Any) -> str:
-    """A queue row's pair as the report names a pair it has not loaded: candidate on device."""
-    pair = dict(pair_json or {})
-    return f"{pair.get('candidate', '?')} on {pair.get('device', '?')}"
+    """A queue row's pair named as every row names it (``pair_label``); a row that is not a planned
+    pair at all: its candidate on its device, as stored."""
+    try:
+        return pair_label(PlannedPair.model_validate_json(json.dumps(dict(pair_json or {}))))
+    except ValueError:
+        pair = dict(pair_json or {})
+        return f"{pair.get('candidate', '?')} on {pair.get('device', '?')}"
 
 
 def _reason(exc: Exception) -> str:
@@ -374,10 +433,13 @@ def _utcnow() -> dt.datetime:
 
 
 async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, driver: str | None = None,
-                     device_type: str | None = None,
-                     progress: Callable[[PairOutcome, int], None] | None = None) -> WarmReport:
+                     device_type: str | None = None, fresh_until: dt.datetime | None = None,
+                     progress: Callable[[PairOutcome, int], None] | None = None,
+                     on_start: Callable[[int, str, Request], None] | None = None) -> WarmReport:
     """Warm the plan's pairs. ``driver``: probe simulated devices as if they ran it (revalidate);
-    ``device_type``: only pairs on that device type are probed, the others are ``out-of-scope``."""
+    ``device_type``: only pairs on that device type are probed, the others are ``out-of-scope``;
+    ``fresh_until``: evidence that expires before then is not fresh (``--expiring-within``): its
+    pairs are probed again. ``on_start`` is called as a pair's probe starts."""
     import anyio
 
     engine = open_store_for_writing(db_url)
@@ -390,9 +452,10 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
     async def run(index: int, pair: PlannedPair) -> None:
         async with limiter:
             try:
-                outcome = await _warm_one(index, pair, engine=engine, seed=seed, driver=driver, deadline=deadline)
+                outcome = await _warm_one(index, pair, engine=engine, seed=seed, driver=driver, deadline=deadline,
+                                          fresh_until=fresh_until, on_start=on_start)
             except Exception as exc:  # one failed pair is reported, the job goes on (Kayenta's error label)
-                outcome = PairOutcome(index, f"{pair.candidate} on {pair.device}", "error", _reason(exc))
+                outcome = PairOutcome(index, pair_label(pair, driver), "error", _reason(exc))
             results[index] = outcome
             if progress is not None:
                 progress(outcome, len(plan.pairs))
@@ -405,7 +468,8 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
         if i in duplicate_of:  # the same pair again: probed once, not twice at once
             answered: PairOutcome | None = duplicate_of[i]
         else:
-            answered = _triage(i, pair, engine=engine, driver=driver, device_type=device_type)
+            answered = _triage(i, pair, engine=engine, driver=driver, device_type=device_type,
+                               fresh_until=fresh_until)
         if answered is None:
             to_probe.append(i)
             continue
@@ -422,7 +486,7 @@ async def warm_async(plan: WarmPlan, *, db_url: str | None, seed: int = 0, drive
     for i, pair in enumerate(plan.pairs):
         if i not in results:
             why = "cancelled when the job's time budget ran out" if scope.cancelled_caught else "not run"
-            results[i] = PairOutcome(i, f"{pair.candidate} on {pair.device}", "skipped-budget", why)
+            results[i] = PairOutcome(i, pair_label(pair, driver), "skipped-budget", why)
     report.pairs = [results[i] for i in sorted(results)]
     report.wall_s = time.monotonic() - started
     return report
@@ -545,13 +609,13 @@ def _stale_groups(session: Any, *, driver: str, device_type: str | None) -> list
 
 
 def planned_pairs_by_type(plan: WarmPlan | None, driver: str) -> dict[str, list[dict[str, Any]]]:
-    """The plan's pairs (as drift-report entries: label, pair digest, key digests) by device type; a
+    """The plan's pairs (as drift-report entries: label, plan index, pair digest, key digests) by device type; a
     pair whose device cannot be reached now is left out (the warm run reports it as failed)."""
     from canary.admission import pair_key
     from evidence_store.service import probe_queue
 
     out: dict[str, list[dict[str, Any]]] = {}
-    for pair in plan.pairs if plan is not None else ():
+    for index, pair in enumerate(plan.pairs if plan is not None else ()):
         try:
             req = _with_driver(load_pair(pair), driver)
         except CanaryError:
@@ -560,9 +624,21 @@ def planned_pairs_by_type(plan: WarmPlan | None, driver: str) -> dict[str, list[
         if not keys:
             continue
         out.setdefault(req.spec.name, []).append({
-            "probe_id": "manual", "pair_digest": probe_queue.pair_digest(keys),
+            "probe_id": "manual", "index": index, "pair_digest": probe_queue.pair_digest(keys),
             "key_digests": [k.digest() for k in keys], "label": _label(req)})
     return out
+
+
+def record_reprobes(db_url: str | None, event_ids: list[str], report: WarmReport) -> None:
+    """Pin on each drift event what its revalidation's re-probes found (each pair's status and the
+    records they wrote), so ``canary drift ID`` shows this run's results however many runs follow."""
+    from evidence_store import drift
+    from evidence_store.database import session_scope
+
+    statuses: dict[int, str] = {p.index: p.status for p in report.pairs}
+    with session_scope(open_store_for_writing(db_url)) as session:
+        for event_id in event_ids:
+            drift.record_reprobes(session, event_id, statuses)
 
 
 def mark_stale_and_record_drift(db_url: str | None, *, driver: str, device_type: str | None, now: dt.datetime,
