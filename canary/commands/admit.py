@@ -114,8 +114,10 @@ def run_admit(args: argparse.Namespace) -> int:
                                  progress=None if args.quiet else _remote_progress(sys.stderr))
         return print_certificate(cert, args)
     from canary.admission import admit, load_request
+    from canary.commands.fit import check_local_references
     from canary.render import certificate_text
 
+    check_local_references(args)
     req = load_request(args.device, args.profile, resident_paths=tuple(args.resident),
                        regime=args.regime, policy_ref=args.policy)
     progress = None if args.quiet else Progress(sys.stderr)

@@ -67,6 +67,26 @@ def server_url(args: argparse.Namespace) -> str | None:
     return server
 
 
+def check_local_references(args: argparse.Namespace) -> None:
+    """Without ``--server``: an ``agent:NODE/NAME`` device or a ``name@version`` registry reference is
+    something only the canary service reads, so say that (exit 2) before any file is looked for. The
+    device is checked first: its message is the documented one."""
+    from pathlib import Path
+
+    from canary.errors import UsageError
+
+    if args.device.startswith("agent:") and not Path(args.device).exists():
+        from canary.backends import resolve_device
+
+        resolve_device(args.device)  # raises the documented "agent: … --server" input error
+    for ref, field in ((args.profile, "PROFILE"), *((r, "--resident") for r in args.resident)):
+        if "@" in ref and not Path(ref).exists():
+            raise UsageError(
+                f"{ref!r} is not a file; a NAME@VERSION registry reference is read by the canary service: add "
+                f"--server URL (or set $CANARY_SERVER), or give the profile's file (`canary profiles show {ref}` "
+                "prints a stored one)", field=field)
+
+
 def run(args: argparse.Namespace) -> int:
     server = server_url(args)
     if server is not None:
@@ -77,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from canary.admission import EvidenceAccess, fit, load_request, utcnow
     from canary.render import certificate_text
 
+    check_local_references(args)
     req = load_request(args.device, args.profile, resident_paths=tuple(args.resident),
                        regime=args.regime, policy_ref=args.policy)
     access = None if args.no_store else EvidenceAccess(args.db)

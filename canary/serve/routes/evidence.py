@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from canary.admission import utcnow
@@ -19,6 +20,27 @@ router = APIRouter(tags=["evidence"])
 
 PAIR_DOC = ("RESIDENT:CANDIDATE, as `canary evidence list --pair`: each side a workload name (llm-decode), "
             "name@version, or a version (full or as tables show it); e.g. resnet50-training:llm-decode")
+
+
+def registry_named_pairs(s: Session, pair: str, names: dict[tuple[str, str], tuple[str | None, str | None]]
+                         ) -> set[tuple[str, str]]:
+    """The pairs ``pair`` names when a side is given by its profile registry name (``nccl-comms``), where
+    the store names that workload by what the certificates call it (the snapshot's process, ``comms``):
+    a version is also known by every registry profile name it is stored under."""
+    from evidence_store.cli_support import pairs_matching
+    from evidence_store.service.models import RegistryEntry
+
+    registered: dict[str, set[str]] = {}
+    for name, version in s.execute(select(RegistryEntry.name, RegistryEntry.version)
+                                   .where(RegistryEntry.kind == "profile")):
+        registered.setdefault(version, set()).add(name)
+    found: set[tuple[str, str]] = set()
+    for (resident_v, candidate_v), (resident, candidate) in names.items():
+        residents = registered.get(resident_v, set()) | {resident}
+        candidates = registered.get(candidate_v, set()) | {candidate}
+        if any(pairs_matching(pair, {(resident_v, candidate_v): (r, c)}) for r in residents for c in candidates):
+            found.add((resident_v, candidate_v))
+    return found
 
 
 def _evidence_id(s: Session, given: str) -> str | None:
@@ -60,10 +82,20 @@ async def list_evidence(
             raise HttpProblem(422, f"field 'query.pair': {exc.problem}") from None
 
     def work(s: Session) -> Any:
+        from canary.commands.evidence import device_type_filter
+        from evidence_store.models import Evidence
+
+        kind = device_type
+        if kind is not None:  # as `canary evidence list --device-type`: an alias is its catalog name
+            try:
+                kind = device_type_filter(s, kind, option="device_type", column=Evidence.device_type)
+            except InputError as exc:
+                raise HttpProblem(422, f"field 'query.device_type': {exc.problem}") from None
         if pair is None:
-            return repo_list(s, device_type=device_type, status=status, limit=limit)  # type: ignore[arg-type]
-        return list_evidence_for_pairs(s, pairs_matching(pair, pair_names(s)), device_type=device_type,
-                                       status=status, limit=limit)
+            return repo_list(s, device_type=kind, status=status, limit=limit)  # type: ignore[arg-type]
+        names = pair_names(s)
+        found = set(pairs_matching(pair, names)) | registry_named_pairs(s, pair, names)
+        return list_evidence_for_pairs(s, sorted(found), device_type=kind, status=status, limit=limit)
 
     rows = await anyio.to_thread.run_sync(lambda: svc.db("evidence_list", work, read_only=True))
     return [r.model_dump(mode="json") for r in rows]
@@ -102,15 +134,20 @@ async def revoke_evidence(
 
     def work(s: Session) -> Any:
         full_id = _evidence_id(s, evidence_id)
-        if full_id is None or get_evidence(s, full_id) is None:
+        found = None if full_id is None else get_evidence(s, full_id)
+        if full_id is None or found is None:
             return None
-        revoke(s, full_id, body.reason)
-        return get_evidence(s, full_id)
+        already = found.status == "revoked"
+        if not already:
+            revoke(s, full_id, body.reason)
+        return get_evidence(s, full_id), already
 
-    rec = await anyio.to_thread.run_sync(lambda: svc.db("evidence_revoke", work))
-    if rec is None:
+    answer = await anyio.to_thread.run_sync(lambda: svc.db("evidence_revoke", work))
+    if answer is None:
         raise HttpProblem(404, f"no evidence {evidence_id!r}")
-    return dict(rec.model_dump(mode="json"))
+    rec, already = answer
+    # revoked before: the record keeps its first reason; the answer says so rather than claim this one
+    return dict(rec.model_dump(mode="json")) | {"already_revoked": already}
 
 
 @router.post("/v1/feedback", dependencies=[Depends(require("feedback"))], response_model=S.FeedbackResponse,

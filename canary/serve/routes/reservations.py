@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from sqlalchemy.orm import Session
 
 from canary.admission import utcnow
@@ -57,17 +57,34 @@ async def list_reservations(
 
 @router.delete("/v1/reservations/{reservation_id}", dependencies=[Depends(require("admit"))],
                responses={404: PROBLEM, **ERRORS})
-async def release_reservation(reservation_id: str, svc: Svc) -> dict[str, str]:
-    """Free a booking (releasing a released one changes nothing)."""
+async def release_reservation(
+    reservation_id: Annotated[str, Path(max_length=200, description="a booking's id or a unique prefix of one "
+                                        "(the tables print 8 characters), as `canary reservations release` takes")],
+    svc: Svc,
+) -> dict[str, Any]:
+    """Free a booking. Releasing a released one changes nothing, and the answer says it was already
+    released (``already_released``, with the time it was)."""
+    from evidence_store.cli_support import resolve_reservation_id
+    from evidence_store.errors import NoSuchId
     from evidence_store.models import Reservation
     from evidence_store.reservations import release
 
-    def work(s: Session) -> bool:
-        if s.get(Reservation, reservation_id) is None:
-            return False
-        release(s, reservation_id, now=utcnow())
-        return True
+    def work(s: Session) -> dict[str, Any] | None:
+        try:
+            full_id = resolve_reservation_id(s, reservation_id)
+        except NoSuchId:
+            return None
+        except InputError as exc:  # an ambiguous prefix
+            raise HttpProblem(422, f"field 'path.reservation_id': {exc.problem}") from None
+        row = s.get(Reservation, full_id)
+        assert row is not None
+        before, now = row.released_at, utcnow()
+        if before is None:
+            release(s, full_id, now=now)
+        return {"released": full_id, "already_released": before is not None,
+                "released_at": (now if before is None else before).isoformat()}
 
-    if not await anyio.to_thread.run_sync(lambda: svc.db("reservation_release", work)):
+    answer: dict[str, Any] | None = await anyio.to_thread.run_sync(lambda: svc.db("reservation_release", work))
+    if answer is None:
         raise HttpProblem(404, f"no reservation {reservation_id!r}")
-    return {"released": reservation_id}
+    return answer
