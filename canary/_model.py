@@ -25,9 +25,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from canary.errors import InputError
 
@@ -106,6 +106,70 @@ class PairKey:
         )
 
 
+# --- identifiers: names, versions, shape families, kernel names ----------------------------------------
+# Such text is echoed into tables, certificates and messages, one value per line: a newline in a
+# profile's name would print a line of its own (``REJECT fake``), an ESC would restyle the terminal.
+
+#: Longest name, version or shape family (the longest real one is a 71-character image digest).
+MAX_NAME_CHARS = 256
+#: Longest kernel name: a mangled C++ template instantiation runs to a few thousand characters.
+MAX_KERNEL_NAME_CHARS = 8192
+#: How much of a value a message echoes before it is cut (``…(N chars)`` says how long it was).
+MAX_ECHOED_CHARS = 80
+
+
+def shorten(text: str, limit: int = MAX_ECHOED_CHARS) -> str:
+    """``text`` as a message echoes it: the first ``limit`` characters, then ``…(N chars)`` when longer."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…({len(text)} chars)"
+
+
+def is_control_character(ch: str) -> bool:
+    """C0 (``\\n``, ``\\t``, ESC …), DEL, C1, and the Unicode line and paragraph separators."""
+    code = ord(ch)
+    return code < 32 or 127 <= code < 160 or code in (0x2028, 0x2029)
+
+
+def name_problem(value: str, *, max_chars: int = MAX_NAME_CHARS) -> str | None:
+    """Why ``value`` cannot be an identifier (too long, a control character), or ``None`` when it can."""
+    if len(value) > max_chars:
+        return f"is {len(value)} characters long; at most {max_chars}"
+    for position, ch in enumerate(value):
+        if is_control_character(ch):
+            escaped = ch.encode("unicode_escape").decode("ascii")
+            return (f"holds a control character ({escaped} at position {position + 1}); names, versions "
+                    "and kernel names must be printable text on one line")
+    return None
+
+
+def _identifier(max_chars: int) -> Any:
+    def check(value: str) -> str:
+        problem = name_problem(value, max_chars=max_chars)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+#: An identifier-like text of a document: at most ``MAX_NAME_CHARS``, no control characters.
+Name = Annotated[str, _identifier(MAX_NAME_CHARS)]
+#: A kernel's name: at most ``MAX_KERNEL_NAME_CHARS``, no control characters.
+KernelName = Annotated[str, _identifier(MAX_KERNEL_NAME_CHARS)]
+
+
+def check_cli_name(value: str, *, option: str, max_chars: int = MAX_NAME_CHARS) -> str:
+    """``value`` of a command-line ``option`` that names something; ``InputError`` naming the option
+    when it is empty, too long or holds a control character."""
+    if not value.strip():
+        raise InputError("must not be empty", field=option)
+    problem = name_problem(value, max_chars=max_chars)
+    if problem is not None:
+        raise InputError(problem, field=option)
+    return value
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -133,7 +197,8 @@ def validation_to_input_error(exc: ValidationError, file: str | None) -> InputEr
             message = "required field is missing"
         elif message.startswith("Value error, "):
             message = message[len("Value error, ") :]
-        problems.append((field, message))
+        # A validator may echo the value it refused: a message stays readable whatever its size.
+        problems.append((shorten(field, 4 * MAX_ECHOED_CHARS), shorten(message, 8 * MAX_ECHOED_CHARS)))
     field, first = problems[0]
     rest = "".join(f"\n  also field '{f}': {m}" for f, m in problems[1:6])
     more = f"\n  … and {len(problems) - 6} more" if len(problems) > 6 else ""
@@ -146,11 +211,26 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot represent {type(value).__name__} in a document")
 
 
-def _safe_loader() -> Any:
-    """libyaml's safe loader where PyYAML was built with it (ten times faster), else the pure one."""
-    import yaml
+#: A number with an exponent that YAML 1.1 reads as text and YAML 1.2 (and JSON) as a float: ``6e2``,
+#: ``1.5e3``, ``1E-3`` (1.1 wants a dot and a signed exponent: ``6.0e+2``).
+_YAML12_EXPONENT_FLOAT = r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"
+_loader_class: Any = None
 
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+def _safe_loader() -> Any:
+    """The safe loader — libyaml's where PyYAML was built with it (ten times faster), else the pure one —
+    that also reads YAML 1.2 exponent floats (``budget_s: 6e2``) as numbers, as JSON does."""
+    global _loader_class
+    if _loader_class is None:
+        import re
+
+        import yaml
+
+        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        loader: Any = type("DocumentLoader", (base,), {})
+        loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_YAML12_EXPONENT_FLOAT), list("-+0123456789."))
+        _loader_class = loader
+    return _loader_class
 
 
 # --- limits on untrusted documents -----------------------------------------------------------------
@@ -220,20 +300,42 @@ def check_limits(data: Any, *, file: str | None = None) -> None:
             )
 
 
-def _count_aliases(text: str, file: str) -> None:
-    """Refuse a document with more than ``MAX_YAML_ALIASES`` aliases before it is composed."""
+def _count_events(text: str, file: str) -> None:
+    """Refuse a document with more than ``MAX_YAML_ALIASES`` aliases or more than ``MAX_DOCUMENT_NODES``
+    values, counted from the parser's events before anything is composed: a 4 MiB flow list of two
+    million numbers stops at the limit, where composing it first took tens of seconds and a gigabyte.
+    (An alias counts once here; ``check_limits`` counts it as the copy it stands for after loading.)"""
     import yaml
 
     aliases = 0
+    values = 0
+    # One entry per open collection: ``None`` for a sequence; for a mapping, whether its next node is a
+    # key. Keys are not values (``check_limits`` counts a mapping's values only), so they are not counted.
+    open_collections: list[bool | None] = []
     loader = _safe_loader()(text)
     try:
         while loader.check_event():
-            if isinstance(loader.get_event(), yaml.AliasEvent):
+            event = loader.get_event()
+            if isinstance(event, yaml.CollectionEndEvent):
+                open_collections.pop()
+                continue
+            if not isinstance(event, yaml.NodeEvent):
+                continue  # the stream's and the document's start and end
+            is_key = bool(open_collections) and open_collections[-1] is True
+            if open_collections and open_collections[-1] is not None:
+                open_collections[-1] = not open_collections[-1]  # key, value, key, value …
+            if isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > MAX_YAML_ALIASES:
                     raise InputError(
                         f"more than {MAX_YAML_ALIASES} YAML aliases (limit MAX_YAML_ALIASES)", file=file
                     )
+            elif not is_key:
+                values += 1
+                if values > MAX_DOCUMENT_NODES:
+                    raise InputError(f"more than {MAX_DOCUMENT_NODES} values (limit MAX_DOCUMENT_NODES)", file=file)
+            if isinstance(event, yaml.CollectionStartEvent):
+                open_collections.append(True if isinstance(event, yaml.MappingStartEvent) else None)
     finally:
         loader.dispose()
 
@@ -345,8 +447,7 @@ def read_document(path: str | Path) -> Any:
     file = str(path)
     text = read_text_limited(path)
     try:
-        if "*" in text:  # no alias without an asterisk: the common file skips the extra pass
-            _count_aliases(text, file)
+        _count_events(text, file)
         data = _load_yaml(text, file)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

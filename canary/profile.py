@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from canary._model import Model, load_document
+from canary._model import KernelName, Model, Name, load_document, shorten
 from canary.units import Bytes, parse_bytes
 
 WorkloadClass = Literal["online-inference", "batch", "training"]
@@ -112,7 +112,7 @@ class KernelSpec(Model):
     ``static_shared_bytes`` is what ptxas reports (without the 1 KiB per-block system reserve that
     the occupancy rules add themselves)."""
 
-    name: str = Field(min_length=1, description="the kernel's name, unique within the profile")
+    name: KernelName = Field(min_length=1, description="the kernel's name, unique within the profile")
     registers_per_thread: int = Field(ge=0, le=255, description="registers per thread, as ptxas reports them")
     threads_per_block: int = Field(ge=1, le=1024, description="threads per block at launch")
     static_shared_bytes: Bytes = Field(
@@ -137,7 +137,7 @@ class KernelSpec(Model):
 class Phase(Model):
     """A stretch of the workload's life with steady behaviour (prefill burst, idle gap, epoch)."""
 
-    name: str = Field(min_length=1, description="the phase's name (prefill, idle, epoch …)")
+    name: Name = Field(min_length=1, description="the phase's name (prefill, idle, epoch …)")
     duration_s: float = Field(gt=0, description="how long the phase lasts, in seconds")
     duty_cycle: Fraction = Field(ge=0, le=1, description="fraction of the phase the GPU is busy with this workload")
     dram_intensity: Fraction = Field(
@@ -159,7 +159,7 @@ class SharingModes(Model):
     mps_active_thread_pct: int | None = Field(
         default=None, ge=1, le=100, description="accepts MPS with this active-thread percentage; None = no MPS"
     )
-    mig_profiles: tuple[str, ...] = Field(
+    mig_profiles: tuple[Name, ...] = Field(
         default=(), description="MIG GPU-instance profiles it can run in (e.g. 3g.40gb, or an lgip id), each one "
         "some catalog device has; empty = no MIG"
     )
@@ -186,7 +186,7 @@ class SharingModes(Model):
                 names = sorted(set(known.values()))
                 close = difflib.get_close_matches(wanted, names, n=3)
                 hint = f"; closest: {', '.join(close)}" if close else f"; catalog profiles: {', '.join(names)}"
-                raise ValueError(f"{name!r} is not a MIG profile of any catalog device{hint}")
+                raise ValueError(f"{shorten(name)!r} is not a MIG profile of any catalog device{hint}")
         return value
 
 
@@ -203,6 +203,35 @@ class Slo(Model):
         default=None, ge=0, le=1000, description="largest slowdown it tolerates, in percent (10 = 10% slower); "
         "None = the policy's bound"
     )
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` may not appear in a profile — not a URL, not ``http``/``https`` with a host, user-info
+    (credentials), port 0 — or ``None`` when its form is acceptable. Which hosts a probe may contact is
+    the policy's ``probe_hosts``, checked at admission (``canary.probe.factory``)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return f"{shorten(url)!r} holds whitespace or a control character"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{shorten(url)!r} is not an http(s) URL with a host"
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return "a URL in a profile may not carry credentials (user-info before '@')"
+    if port == 0:
+        return f"port 0 in {shorten(url)!r}"
+    return None
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a request path (it must start with '/', without whitespace or backslash)."""
+    if not path.startswith("/") or "\\" in path or any(ch.isspace() or ord(ch) < 32 for ch in path):
+        return f"{shorten(path)!r} must be a path starting with '/', without whitespace, control characters or '\\'"
+    return None
 
 
 class CanarySpec(Model):
@@ -240,16 +269,36 @@ class CanarySpec(Model):
     metrics_url: str | None = Field(
         default=None, description="Prometheus endpoint (monitor 'prometheus'); its host must be in probe_hosts"
     )
-    latency_metric: str | None = Field(
+    latency_metric: Name | None = Field(
         default=None, description="name of the latency histogram at metrics_url (monitor 'prometheus')"
     )
     cubin: str | None = Field(
         default=None, description="cubin file the cuda executor loads; inside one of the policy's candidate_cubin_dirs"
     )
-    kernel: str | None = Field(default=None, description="kernel in the cubin the cuda executor launches")
+    kernel: KernelName | None = Field(default=None, description="kernel in the cubin the cuda executor launches")
     grid_blocks: int | None = Field(
         default=None, ge=1, description="blocks per launch for the cuda executor; None = the kernel's grid_blocks"
     )
+
+    @field_validator("endpoint", "metrics_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        """Whatever the executor and monitor, a URL a profile carries is http(s) without credentials
+        (docs/security.md): a profile is refused when it is loaded, not when the URL is first used."""
+        if value is not None:
+            problem = url_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("request_path", "ready_path")
+    @classmethod
+    def _request_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            problem = path_problem(value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _complete(self) -> "CanarySpec":
@@ -268,13 +317,13 @@ class Provenance(Model):
     """Where the profile came from and how much of the workload it covers."""
 
     source: NumberSource = Field(default="declared", description="where the profile's numbers come from")
-    tool: str | None = Field(default=None, description="the tool that wrote the profile, with its version")
+    tool: Name | None = Field(default=None, description="the tool that wrote the profile, with its version")
     created: dt.datetime | None = Field(default=None, description="when the profile was written (ISO 8601)")
     notes: str | None = Field(default=None, description="free text")
     coverage: Fraction | None = Field(
         default=None, ge=0, le=1, description="fraction of the workload's GPU time the listed kernels account for"
     )
-    shape_families_covered: tuple[str, ...] = Field(
+    shape_families_covered: tuple[Name, ...] = Field(
         default=(), description="shape families the numbers were measured on"
     )
 
@@ -282,9 +331,9 @@ class Provenance(Model):
 class WorkloadProfile(Model):
     """The envelope of one workload version on one shape family."""
 
-    name: str = Field(min_length=1, description="the workload's name (llm-decode)")
-    version: str = Field(min_length=1, description="digest or semver of the exact binary/image/model")
-    shape_family: str = Field(
+    name: Name = Field(min_length=1, description="the workload's name (llm-decode)")
+    version: Name = Field(min_length=1, description="digest or semver of the exact binary/image/model")
+    shape_family: Name = Field(
         default="any", min_length=1, description="the class of input shapes the profile covers (bs<=32,seq<=4096)"
     )
     workload_class: WorkloadClass = Field(

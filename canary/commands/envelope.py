@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from canary._model import check_cli_name
 from canary.errors import InputError
 
 if TYPE_CHECKING:
@@ -113,6 +114,8 @@ def run_from_binary(args: argparse.Namespace) -> int:
         launches[name] = launch
     peak = _size(args.memory_peak, "--memory-peak")
     assert peak is not None  # argparse requires it
+    if args.name is not None:
+        check_cli_name(args.name, option="--name")
     if args.threads is not None and not 1 <= args.threads <= 1024:
         raise InputError("threads per block must be between 1 and 1024", field="--threads")
     profile = from_binary(
@@ -133,6 +136,10 @@ def run_from_binary(args: argparse.Namespace) -> int:
 def run_record(args: argparse.Namespace) -> int:
     from canary.envelope.record import record
 
+    if args.name is not None:
+        check_cli_name(args.name, option="--name")
+    if args.workload_version is not None:
+        check_cli_name(args.workload_version, option="--version")
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

@@ -31,6 +31,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run_put(args: argparse.Namespace) -> int:
+    from canary._model import check_cli_name
     from canary.admission import open_store_for_writing, utcnow
     from canary.errors import InputError
     from canary.serve.resolve import registry_document
@@ -42,6 +43,8 @@ def run_put(args: argparse.Namespace) -> int:
 
         if not args.name or not args.version:
             raise InputError("a snapshot needs --name and --version", field="--name")
+        check_cli_name(args.name, option="--name")
+        check_cli_name(args.version, option="--version")
         snap = load_snapshot(args.file)
         kind, name, version, document = "snapshot", args.name, args.version, registry_document(snap, file=args.file)
     else:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from canary._model import MAX_KERNEL_NAME_CHARS, name_problem, shorten
 from canary.envelope.cuobjdump import ElfResources, KernelResources, read_binary
 from canary.errors import InputError
 from canary.profile import KernelSpec, MemoryEnvelope, Provenance, WorkloadProfile
@@ -222,8 +223,18 @@ def from_binary(
     reserved = memory_reserved_bytes if memory_reserved_bytes is not None else memory_peak_bytes
     if reserved > memory_peak_bytes:
         raise InputError("--memory-reserved is larger than --memory-peak", field="--memory-reserved")
+    if name is None:  # the file's name stands in for the profile's: it must be one
+        name = file.stem
+        problem = name_problem(name)
+        if problem is not None:
+            raise InputError(f"the file's name {problem}; give the profile a name with --name", file=str(path),
+                             field="--name")
+    for kernel in found:  # a hostile binary's symbol table may hold anything
+        problem = name_problem(kernel.name, max_chars=MAX_KERNEL_NAME_CHARS)
+        if problem is not None:
+            raise InputError(f"kernel {shorten(kernel.name)!r}: its name {problem}", file=str(path))
     return WorkloadProfile(
-        name=name or file.stem,
+        name=name,
         version=file_digest(file),
         memory=MemoryEnvelope(reserved_bytes=reserved, peak_bytes=memory_peak_bytes, source="declared"),
         kernels=tuple(specs),

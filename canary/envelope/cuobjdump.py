@@ -174,13 +174,52 @@ def parse_resource_usage(text: str, *, bare_arch: int | None = None) -> list[Elf
     return result
 
 
-def read_binary(path: str | Path) -> list[ElfResources]:
-    """Resources of every ELF in ``path`` (PTX-only entries have none and are skipped)."""
-    file = Path(path)
+#: Largest binary read: far above a real CUDA executable or library (a few hundred MiB with every
+#: architecture's cubins), far below what would exhaust a machine's memory or time.
+MAX_BINARY_BYTES = 2 * 1024**3
+#: Bytes of the file's start read to tell a bare cubin (its ELF header) from anything else.
+_ELF_HEADER_BYTES = 64
+
+
+def check_binary_file(path: str | Path, *, option: str = "FILE") -> Path:
+    """``path`` when it is (links resolved) a regular file of at most ``MAX_BINARY_BYTES``; else
+    ``InputError`` naming the option and the file. A device never ends (``/dev/zero``) and opening a FIFO
+    blocks, so both are refused before anything opens them."""
+    import os
+    import stat
+
+    file = str(path)
     try:
-        head = file.read_bytes()
+        info = os.stat(path)  # follows links: the file a link names is what would be read
     except FileNotFoundError:
-        raise InputError("file not found", file=str(path)) from None
+        raise InputError("file not found", file=file, field=option) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=file, field=option) from None
+    except ValueError:
+        raise InputError("not a file name (holds a NUL character)", file=file, field=option) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError("is a directory, expected a CUDA binary", file=file, field=option)
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(
+            "not a regular file (a device, FIFO or socket), expected a CUDA binary", file=file, field=option
+        )
+    if info.st_size > MAX_BINARY_BYTES:
+        raise InputError(
+            f"{info.st_size} bytes, larger than {MAX_BINARY_BYTES // 1024**3} GiB "
+            "(limit MAX_BINARY_BYTES); not a CUDA binary canary reads",
+            file=file,
+            field=option,
+        )
+    return Path(path)
+
+
+def read_binary(path: str | Path) -> list[ElfResources]:
+    """Resources of every ELF in ``path`` (PTX-only entries have none and are skipped); ``InputError``
+    when ``path`` is not a regular file of at most ``MAX_BINARY_BYTES`` (``check_binary_file``)."""
+    file = check_binary_file(path)
+    try:
+        with file.open("rb") as handle:
+            head = handle.read(_ELF_HEADER_BYTES)
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=str(path)) from None
     text = dump_resource_usage(file)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canary._model import name_problem
 from canary.backends._vendor import Nvml, Unavailable
 from canary.errors import InputError
 from canary.profile import MemoryEnvelope, Phase, Provenance, WorkloadProfile
@@ -159,6 +160,10 @@ def record(
         raise InputError("no command given after --", field="COMMAND")
     if interval_ms < 10:
         raise InputError("the sampling interval must be at least 10 ms", field="--interval-ms")
+    if name is None or version is None:  # the command's name stands in for them: it must be a name
+        problem = name_problem(Path(command[0]).name)
+        if problem is not None:
+            raise InputError(f"the command's name {problem}; give --name and --version", field="COMMAND")
     nvml = Nvml(module)
     nvml.init()
     try:

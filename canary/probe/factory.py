@@ -13,10 +13,13 @@ profile field; nothing was contacted or started.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from canary._model import shorten
 from canary.errors import InputError, ProbeError
+from canary.profile import path_problem, url_problem
 
 if TYPE_CHECKING:
     from canary.policy import Policy
@@ -44,42 +47,49 @@ def _host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
     return False
 
 
-def check_url(profile: WorkloadProfile, field: str, url: str, policy: Policy) -> None:
-    """Raise ``InputError`` unless ``url`` is http(s) on a host of ``policy.probe_hosts`` (no credentials)."""
-    where = f"canary.{field}"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise InputError(f"profile {profile.name!r}: not a URL ({exc})", field=where) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"profile {profile.name!r}: {url!r} is not an http(s) URL with a host", field=where)
-    if parts.username is not None or parts.password is not None:
-        raise InputError(f"profile {profile.name!r}: a URL in a profile may not carry credentials", field=where)
-    if port == 0:
-        raise InputError(f"profile {profile.name!r}: port 0 in {url!r}", field=where)
-    if not _host_allowed(parts.hostname, policy.probe_hosts):
+def _who(profile: WorkloadProfile, origin: str | None) -> str:
+    """How a refusal names the profile: its name, and where it came from when the caller knows."""
+    name = f"profile {shorten(profile.name)!r}"
+    return f"{name} ({origin})" if origin else name
+
+
+def check_url(profile: WorkloadProfile, field: str, url: str, policy: Policy, *, file: str | None = None,
+              origin: str | None = None, prefix: str = "") -> None:
+    """Raise ``InputError`` unless ``url`` is http(s) on a host of ``policy.probe_hosts`` (no credentials).
+    The error names ``file`` and the field ``{prefix}canary.{field}``; ``origin`` says where the profile
+    came from when no file holds it alone (a resident of a snapshot)."""
+    where = f"{prefix}canary.{field}"
+    who = _who(profile, origin)
+    problem = url_problem(url)
+    if problem is not None:
+        raise InputError(f"{who}: {problem}", file=file, field=where)
+    host = urlsplit(url).hostname or ""
+    if not _host_allowed(host, policy.probe_hosts):
         raise InputError(
-            f"profile {profile.name!r}: host {parts.hostname!r} is not in policy {policy.name!r} probe_hosts "
+            f"{who}: host {shorten(host)!r} is not in policy {policy.name!r} probe_hosts "
             f"({', '.join(policy.probe_hosts) or 'none'}); an operator must allow it",
+            file=file,
             field=where,
         )
 
 
-def check_command(profile: WorkloadProfile, command: tuple[str, ...], policy: Policy) -> None:
+def check_command(profile: WorkloadProfile, command: tuple[str, ...], policy: Policy, *, file: str | None = None,
+                  origin: str | None = None, prefix: str = "") -> None:
     """Raise ``InputError`` unless ``command[0]`` is in ``policy.candidate_commands`` (or it holds ``*``)."""
     allowed = policy.candidate_commands
     if "*" in allowed or (command and command[0] in allowed):
         return
-    shown = command[0] if command else "(empty)"
+    shown = shorten(command[0]) if command else "(empty)"
     raise InputError(
-        f"profile {profile.name!r}: executable {shown!r} is not in policy {policy.name!r} candidate_commands "
+        f"{_who(profile, origin)}: executable {shown!r} is not in policy {policy.name!r} candidate_commands "
         f"({', '.join(allowed) or 'none'}); an operator must allow it",
-        field="canary.command",
+        file=file,
+        field=f"{prefix}canary.command",
     )
 
 
-def check_cubin(profile: WorkloadProfile, cubin: str, policy: Policy) -> None:
+def check_cubin(profile: WorkloadProfile, cubin: str, policy: Policy, *, file: str | None = None,
+                origin: str | None = None, prefix: str = "") -> None:
     """Raise ``InputError`` unless ``cubin`` (links resolved) lies in a directory of
     ``policy.candidate_cubin_dirs`` (or it holds ``*``)."""
     from pathlib import Path
@@ -92,37 +102,42 @@ def check_cubin(profile: WorkloadProfile, cubin: str, policy: Policy) -> None:
         if target.is_relative_to(Path(entry).resolve()):
             return
     raise InputError(
-        f"profile {profile.name!r}: cubin {cubin!r} is not inside a directory of policy {policy.name!r} "
+        f"{_who(profile, origin)}: cubin {shorten(cubin)!r} is not inside a directory of policy {policy.name!r} "
         f"candidate_cubin_dirs ({', '.join(allowed) or 'none'}); an operator must allow it",
-        field="canary.cubin",
+        file=file,
+        field=f"{prefix}canary.cubin",
     )
 
 
-def check_profile(profile: WorkloadProfile, policy: Policy, *, as_candidate: bool) -> None:
-    """Every URL and command the profile's ``canary`` section names, checked against the policy."""
+def check_profile(profile: WorkloadProfile, policy: Policy, *, as_candidate: bool, file: str | None = None,
+                  origin: str | None = None, prefix: str = "") -> None:
+    """Every URL the profile's ``canary`` section carries, whatever its executor and monitor (a profile
+    may never name a forbidden URL, used or not: docs/security.md), and the command or cubin a candidate
+    would run, checked against the policy. ``InputError`` names ``file`` (the profile's, or the snapshot
+    holding it, with ``prefix`` before the field) and ``origin`` when given."""
     spec = profile.canary
     if spec is None:
         return
-    uses_endpoint = (as_candidate and spec.executor == "process") or (not as_candidate and spec.monitor == "http")
-    if spec.endpoint and uses_endpoint:
-        check_url(profile, "endpoint", spec.endpoint, policy)
+    context: dict[str, Any] = {"file": file, "origin": origin, "prefix": prefix}
+    if spec.endpoint:
+        check_url(profile, "endpoint", spec.endpoint, policy, **context)
         # The URLs really requested are endpoint + path: a path such as "@169.254.169.254/" would turn
         # the endpoint's host into user-info, so the joined URL is checked too.
         base = spec.endpoint.rstrip("/")
         paths = [("request_path", spec.request_path)]
-        if as_candidate and spec.ready_path is not None:
+        if spec.ready_path is not None:
             paths.append(("ready_path", spec.ready_path))
         for field, path in paths:
-            if not path.startswith("/") or any(c in path for c in "\\\r\n\t "):
-                raise InputError(f"profile {profile.name!r}: {path!r} must be a path starting with '/'",
-                                 field=f"canary.{field}")
-            check_url(profile, field, base + path, policy)
-    if not as_candidate and spec.monitor == "prometheus" and spec.metrics_url:
-        check_url(profile, "metrics_url", spec.metrics_url, policy)
+            problem = path_problem(path)
+            if problem is not None:
+                raise InputError(f"{_who(profile, origin)}: {problem}", file=file, field=f"{prefix}canary.{field}")
+            check_url(profile, field, base + path, policy, **context)
+    if spec.metrics_url:
+        check_url(profile, "metrics_url", spec.metrics_url, policy, **context)
     if as_candidate and spec.executor == "process":
-        check_command(profile, spec.command or (), policy)
+        check_command(profile, spec.command or (), policy, **context)
     if as_candidate and spec.executor == "cuda":
-        check_cubin(profile, spec.cubin or "", policy)
+        check_cubin(profile, spec.cubin or "", policy, **context)
 
 
 def make_executor(
@@ -203,10 +218,25 @@ def make_monitor(
     raise ProbeError(f"profile {resident_profile.name!r}: unknown monitor {kind!r}")
 
 
-def check_request(req: Any) -> None:
+def check_request(req: Any, *, candidate_file: str | None = None, snapshot_file: str | None = None,
+                  resident_files: Mapping[str, str] | None = None) -> None:
     """Before an admission that may probe touches the store: the candidate's and every profiled
-    resident's URLs and commands, against the request's policy (``InputError`` naming the profile)."""
-    check_profile(req.candidate, req.policy, as_candidate=True)
-    for resident in req.snapshot.residents:
-        if resident.profile is not None:
-            check_profile(resident.profile, req.policy, as_candidate=False)
+    resident's URLs and commands, against the request's policy. ``InputError`` names the file a refused
+    profile came from where the caller says which: ``candidate_file``; ``resident_files[name]`` for a
+    resident added from a file of its own (``--resident``); else ``snapshot_file``, the snapshot holding
+    the resident, with the resident's place in it. The message always names the profile, and for a
+    resident the resident and the device (``file:PATH`` of a snapshot file)."""
+    device = req.device
+    device_ref = f"{device.kind}:{device.ref}" if device.kind == "file" else str(device.ref)
+    check_profile(req.candidate, req.policy, as_candidate=True, file=candidate_file,
+                  origin=None if candidate_file else "the candidate")
+    files = resident_files or {}
+    for index, resident in enumerate(req.snapshot.residents):
+        if resident.profile is None:
+            continue
+        origin = f"resident {shorten(resident.name)!r} on device {shorten(device_ref, 4 * 80)}"
+        if resident.name in files:
+            check_profile(resident.profile, req.policy, as_candidate=False, file=files[resident.name], origin=origin)
+        else:
+            check_profile(resident.profile, req.policy, as_candidate=False, file=snapshot_file, origin=origin,
+                          prefix=f"residents[{index}].profile." if snapshot_file else "")
