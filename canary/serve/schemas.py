@@ -95,6 +95,8 @@ class ProbeStatus(_Body):
     transitions: list[Transition]
     error: str | None
     certificate: dict[str, Any] | None
+    note: str | None = Field(default=None, description="set on a cancel's answer: what the cancel will and will "
+                             "not do for a probe in this state")
 
 
 class ProblemDetail(_Body):

@@ -84,10 +84,24 @@ async def get_probe(probe_id: str, svc: Svc,
 @router.delete("/v1/probes/{probe_id}", response_model=S.ProbeStatus, dependencies=[Depends(require("admit"))],
                responses={404: PROBLEM, **ERRORS})
 async def cancel_probe(probe_id: str, svc: Svc) -> S.ProbeStatus:
-    """Cancel: a queued probe ends at once; a running one is rolled back by its owner within a third
-    of its lease, and no evidence is recorded. Every request sharing it sees ``cancelled``."""
+    """Cancel: a queued probe ends at once (``cancelled``). A running one is flagged: its runner sees the
+    flag when it next renews the probe's lease (every third of ``probe_lease_s``), then rolls it back and
+    records nothing (``cancelled``); a probe that finishes before that ends ``done`` with its evidence
+    recorded. The answer's ``note`` says which may happen; GET the probe for its final state."""
     ticket = await anyio.to_thread.run_sync(
         lambda: svc.db("probe_cancel", lambda s: probe_queue.cancel(s, probe_id, now=utcnow())))
     if ticket is None:
         raise HttpProblem(404, f"no probe {probe_id!r}")
-    return probe_status(ticket)
+    return probe_status(ticket).model_copy(update={"note": cancel_note(ticket, svc.config.probe_lease_s)})
+
+
+def cancel_note(ticket: ProbeTicket, lease_s: float) -> str:
+    """What a cancel does to a probe in ``ticket``'s state, said plainly (``DELETE``'s ``note``)."""
+    if ticket.state == "cancelled":
+        return "cancelled: nothing was recorded"
+    if ticket.state == "running":
+        return (f"cancel requested: the probe's runner sees it when it next renews the lease (within "
+                f"{lease_s / 3:g} s), then rolls the candidate back and records nothing; a probe that finishes "
+                "before that ends 'done' with its evidence recorded (revoke it if it must not count). GET "
+                "this probe for its final state")
+    return f"already {ticket.state}: a cancel changes nothing"
