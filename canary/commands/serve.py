@@ -10,6 +10,20 @@ from typing import Any
 from canary.errors import EXIT_ADMIT
 
 
+def auth_summary(config: Any) -> str:
+    """How callers authenticate, as the start-up line says it: the API's auth and the extender's when they
+    differ (``extender_auth: none`` serves the scheduler's verbs without a token), and mTLS."""
+    def said(mode: str) -> str:
+        return "bearer token" if mode == "token" else "no auth"
+
+    out = f"auth: {said(config.auth)}"
+    if config.extender_auth != config.auth:
+        out += f", extender verbs: {said(config.extender_auth)}"
+    if config.tls_ca_certs is not None:
+        out += ", client certificates required (mTLS)"
+    return out
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the admission service (HTTP API, scheduler extender, metrics)",
                        description="Run the admission service. Listens on 127.0.0.1 unless told otherwise; "
@@ -96,7 +110,7 @@ def run_serve(args: argparse.Namespace) -> int:
     scheme = "https" if config.tls else "http"
     address = f"{scheme}://{_host_in_url(config.host)}:{config.port}"
     check_listen(config.host, config.port, address)  # before saying "serving on"
-    sys.stderr.write(f"canary: serving on {address} ({config.workers} worker(s), auth {config.auth})\n")
+    sys.stderr.write(f"canary: serving on {address} ({config.workers} worker(s), {auth_summary(config)})\n")
     try:
         run(config, log_level="info" if args.verbose else "warning", access_log=bool(args.verbose))
     except SystemExit as exc:  # uvicorn's start-up failure is its exit 3, which is canary's "unknown"

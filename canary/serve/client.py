@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,26 @@ def check_server_url(url: str, *, field: str | None = None) -> str:
         raise InputError(f"{url!r} has a query, fragment or credentials (send the token with --token or "
                          f"$CANARY_TOKEN); {want}", field=field)
     return url
+
+
+#: The request's body fields as this command line names them (``canary.serve.problems`` maps the other way).
+_BODY_FIELD = re.compile(r"'body\.(regime|policy|candidate|device|seed|probe|residents\[(\d+)\])((?:\.[^']*)?)'")
+
+
+def cli_fields(detail: str) -> str:
+    """A 422's detail with the body's fields named as the command line gave them: ``'body.regime'`` is
+    ``'--regime'``, ``'body.candidate.memory'`` is ``'memory' of PROFILE``, ``body.residents[1]`` the
+    second ``--resident``."""
+
+    def name(m: re.Match[str]) -> str:
+        field, index, rest = m.group(1), m.group(2), m.group(3).lstrip(".")
+        option = {"regime": "--regime", "policy": "--policy", "candidate": "PROFILE", "device": "DEVICE",
+                  "seed": "--seed", "probe": "--no-probe"}.get(field)
+        if option is None:
+            option = f"--resident #{int(index) + 1}"
+        return f"'{rest}' of {option}" if rest else f"'{option}'"
+
+    return _BODY_FIELD.sub(name, detail)
 
 
 #: The client's TLS options and the variables that stand in for them.
@@ -182,6 +203,8 @@ class ServiceClient:
         except ValueError:
             detail = response.text[:500]
         where = f"canary service {self.base_url}{path}"
+        if response.status_code == 422 and isinstance(detail, str):
+            detail = cli_fields(detail)
         if response.status_code in (401, 403, 404, 409, 413, 422):
             raise InputError(f"{where} answered {response.status_code}: {detail}")
         raise OperationalError(f"{where} answered {response.status_code}: {detail}")

@@ -20,6 +20,19 @@ _CLI_FIELDS = {"--regime": "regime", "--policy": "policy", "--resident-name": "r
 #: Where a document in the body is validated (``file=`` of its InputError): the fields inside are below it.
 _BODY_DOCUMENTS = re.compile(r"(candidate|device|document|residents\[\d+\])")
 _QUERY_FIELDS = frozenset({"wait"})
+#: How pydantic names the members of ``Ref | Document`` (``schemas``) in an error's location.
+_UNION_MEMBERS = frozenset({"str", "dict[str,any]"})
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, as a person would say it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, int | float):
+        return f"{value} (a number)"
+    return "a list" if isinstance(value, list) else f"a {type(value).__name__}"
 
 
 def request_field(loc: tuple[Any, ...]) -> str:
@@ -74,6 +87,10 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
                              f"{content_type.split(';', 1)[0].strip()!r} (curl -d sends a form's type: add "
                              "-H 'Content-Type: application/json')"}, status_code=415)
     where, msg = request_field(loc), str(first.get("msg"))
+    if len(loc) > 1 and loc[-1] in _UNION_MEMBERS:  # a reference or a document: neither member's name is a field
+        where = request_field(loc[:-1])
+        msg = (f"expected a registry reference (a string, name@version) or a document (a JSON object), "
+               f"not {_json_kind(first.get('input'))}")
     if first.get("type") == "json_invalid":  # loc holds a character position, not a field
         ctx = first.get("ctx")
         where, msg = "body", f"not valid JSON: {ctx.get('error', msg) if isinstance(ctx, dict) else msg}"

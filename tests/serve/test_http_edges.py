@@ -70,3 +70,49 @@ def test_the_document_declares_the_auth_answers() -> None:
         assert {"401", "403", "413", "415", "422"} <= set(paths[path]["post"]["responses"]), path
     assert {"401", "403"} <= set(paths["/metrics"]["get"]["responses"])
     assert "415" in paths["/v1/fit"]["post"]["responses"]
+
+
+def test_a_bad_resident_is_named_by_its_place_not_a_type(api: Api) -> None:
+    with api.client("fit") as c:
+        r = c.post("/v1/fit", json={"device": "h100-sxm", "candidate": "embedding-service@1.8.0",
+                                    "residents": ["llm-prefill", 5]})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail.startswith("field 'body.residents[1]': ") and ".str" not in detail, detail
+    assert "5 (a number)" in detail
+
+
+def test_the_cli_names_its_own_options_through_the_server(api: Api, tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.conftest import canary_cmd, cli_env
+
+    env = cli_env(tmp_path) | {"CANARY_SERVER": api.server.base, "CANARY_TOKEN": api.tokens["fit"]}
+    done = subprocess.run([*canary_cmd(), "fit", "h100-sxm", str(ROOT / "examples" / "profiles" / "embedding-service.yaml"),
+                           "--regime", "mps:300"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "'--regime'" in done.stderr and "body.regime" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("detail", "want"), [
+    ("field 'body.regime': bad", "field '--regime': bad"),
+    ("field 'body.candidate.memory.reserved_bytes': bad", "field 'memory.reserved_bytes' of PROFILE: bad"),
+    ("field 'body.residents[0]': bad", "field '--resident #1': bad"),
+    ("registry profile x@1: field 'memory': bad", "registry profile x@1: field 'memory': bad"),
+])
+def test_cli_fields(detail: str, want: str) -> None:
+    from canary.serve.client import cli_fields
+
+    assert cli_fields(detail) == want
+
+
+@pytest.mark.slow
+def test_the_start_up_line_says_the_extenders_auth(store_url: str, tmp_path: Path) -> None:
+    from tests.serve.conftest import Server
+
+    config = tmp_path / "serve.yaml"
+    config.write_text("extender_auth: none\n")
+    server = Server(store_url, tmp_path, "--config", str(config)).start()
+    server.stop()
+    line = next(x for x in server.log.read_text().splitlines() if "serving on" in x)
+    assert "auth: bearer token" in line and "extender verbs: no auth" in line, line
