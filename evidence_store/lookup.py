@@ -36,6 +36,7 @@ _LOOKUP_COLUMNS = (
     Evidence.samples,
     Evidence.confidence,
     Evidence.created_at,
+    Evidence.expires_at,
 )
 
 
@@ -135,7 +136,7 @@ def _pooled(rows: Sequence[Any], ttl_s: float, driver_version: str | None, allow
             cross_driver_confidence_factor: float) -> LookupResult:
     if not rows:
         return LookupResult(outcome=None, reason=f"no current evidence within the last {ttl_s:g} s for this pair")
-    return pool(rows, driver_version=driver_version, allow_cross_driver=allow_cross_driver,
+    return pool(rows, driver_version=driver_version, allow_cross_driver=allow_cross_driver, ttl_s=ttl_s,
                 cross_driver_confidence_factor=cross_driver_confidence_factor)
 
 

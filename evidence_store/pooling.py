@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, cast
 
 from evidence_store.schemas import LookupResult, Outcome, PooledOutcome, Source
@@ -58,6 +58,8 @@ class PoolRecord(Protocol):
     def confidence(self) -> float | None: ...
     @property
     def created_at(self) -> datetime: ...
+    @property
+    def expires_at(self) -> datetime: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class Record:
     samples: int
     confidence: float | None
     created_at: datetime
+    expires_at: datetime
 
 
 def _when(value: datetime) -> str:
@@ -112,11 +115,14 @@ def pool(
     driver_version: str | None,
     allow_cross_driver: bool,
     cross_driver_confidence_factor: float,
+    ttl_s: float | None = None,
 ) -> LookupResult:
     """Combine the usable records of one pair key into one answer (the rule is in the module text).
 
     ``records`` are the candidates a lookup found (current, unexpired, within the TTL), in any order;
     ``driver_version`` is the current driver (``None``: unknown, so no record is same-driver).
+    ``evidence_expires_at`` is when the answer runs out: the last instant any deciding record is still
+    usable — its own ``expires_at`` or its creation plus ``ttl_s`` (the policy's TTL), whichever is first.
     """
     if not 0.0 <= cross_driver_confidence_factor <= 1.0:
         raise ValueError(f"cross_driver_confidence_factor must be within 0..1, got {cross_driver_confidence_factor}")
@@ -167,6 +173,8 @@ def pool(
     if cross_driver and confidence is not None:
         confidence *= cross_driver_confidence_factor
     newest = deciding[0].created_at  # newest first
+    ttl = timedelta(seconds=ttl_s) if ttl_s is not None else None
+    runs_out = max(min(r.expires_at, r.created_at + ttl) if ttl is not None else r.expires_at for r in deciding)
 
     if newest_violation is not None:
         reason = (
@@ -192,6 +200,7 @@ def pool(
         outcome=outcome,
         evidence_ids=tuple(r.id for r in deciding),
         evidence_timestamp=newest,
+        evidence_expires_at=runs_out,
         confidence=confidence,
         slowdown_estimate_pct=_weighted_estimate(deciding),
         slowdown_interval_pct=_envelope(deciding),

@@ -190,6 +190,9 @@ class LookupResult(_Frozen):
     outcome: PooledOutcome | None
     evidence_ids: tuple[str, ...] = ()
     evidence_timestamp: AwareDatetime | None = None
+    #: When the answer runs out: the last instant a deciding record is still usable (its expiry, or
+    #: its creation plus the TTL, whichever is first).
+    evidence_expires_at: AwareDatetime | None = None
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     slowdown_estimate_pct: float | None = None
     slowdown_interval_pct: tuple[float, float] | None = None

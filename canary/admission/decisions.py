@@ -18,6 +18,7 @@ checks them from tables of cases.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,6 +41,8 @@ from canary.hardfit import check
 from canary.units import format_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from canary._model import PairKey
     from canary.admission.request import Request
     from canary.probe.orchestrator import ProbeResult
@@ -65,6 +68,8 @@ class PairEvidence:
     outcome: str | None
     ids: tuple[str, ...] = ()
     timestamp: dt.datetime | None = None
+    #: When this pair's evidence runs out (``LookupResult.evidence_expires_at``); ``None``: not known.
+    expires_at: dt.datetime | None = None
     confidence: float | None = None
     slowdown_pct: float | None = None
     interval_pct: tuple[float, float] | None = None
@@ -161,8 +166,45 @@ def hard_fit_decision(req: Request, hard: HardFit, *, booked_bytes: int | None =
     return Decision("admit", "fits, and nothing else runs on the device", "hard-fit", confidence=1.0)
 
 
+def bound_checked(req: Request, evidence: Sequence[PairEvidence]) -> list[PairEvidence]:
+    """The evidence with every verdict the resident's bound *today* does not support set aside.
+
+    A record says safe or unsafe against the bound it was judged by — a looser policy then, an import
+    made under another policy's bound, a resident whose SLO has tightened since — and the key does not
+    hold the bound. So a *safe* pair counts only while its interval's upper end (else its estimate) is
+    at or under the resident's bound now, and an *unsafe* one only while its lower end (else its
+    estimate) is over it. The rest is as good as no evidence: ``outcome=None`` with a reason, and the
+    pair is probed against today's bound."""
+    profiles = {r.name: r.profile for r in req.snapshot.residents}
+    out = []
+    for e in evidence:
+        profile = profiles.get(e.resident)
+        if e.outcome not in ("safe", "unsafe") or profile is None:
+            out.append(e)
+            continue
+        bound = resident_bound_pct(req, profile)
+        low, high = e.interval_pct if e.interval_pct is not None else (None, None)
+        if e.outcome == "safe":
+            edge, name = (high, "upper end") if high is not None else (e.slowdown_pct, "estimate")
+            holds = edge is None or edge <= bound
+        else:
+            edge, name = (low, "lower end") if low is not None else (e.slowdown_pct, "estimate")
+            holds = edge is None or edge > bound
+        if holds:
+            out.append(e)
+            continue
+        out.append(dataclasses.replace(
+            e, outcome=None, confidence=None,
+            reason=f"its evidence said {e.outcome}, but the slowdown's {name} {edge:.2f}% is "
+                   f"{'over' if e.outcome == 'safe' else 'at or under'} the resident's bound of {bound:g}% today "
+                   f"(judged against another bound: a looser policy, another store's or an older SLO); "
+                   f"records {', '.join(i[:8] for i in e.ids) or 'none'}"))
+    return out
+
+
 def cache_decision(req: Request, evidence: list[PairEvidence]) -> Decision:
-    """Decide from pooled evidence, or say what is missing (verdict unknown)."""
+    """Decide from pooled evidence, or say what is missing (verdict unknown). The caller passes the
+    evidence through :func:`bound_checked` first (``settle`` does)."""
     unsafe = [e for e in evidence if e.outcome == "unsafe"]
     missing = [e for e in evidence if e.outcome is None]
     low = [e for e in evidence if e.outcome == "safe" and (e.confidence or 0.0) < req.policy.min_evidence_confidence]
@@ -170,7 +212,7 @@ def cache_decision(req: Request, evidence: list[PairEvidence]) -> Decision:
         e = unsafe[0]
         return Decision("reject", f"evidence says the pair with {e.resident} is unsafe: {e.reason}", "cache",
                         confidence=e.confidence, evidence=tuple(evidence),
-                        predicted_slowdown_pct=e.interval_pct)
+                        predicted_slowdown_pct=e.interval_pct, expires_at=_runs_out(req, [e]))
     if missing or low:
         parts = [f"{e.resident}: {e.reason}" for e in missing]
         parts += [f"{e.resident}: evidence confidence {e.confidence} is below the policy's "
@@ -180,11 +222,24 @@ def cache_decision(req: Request, evidence: list[PairEvidence]) -> Decision:
     confidences = [e.confidence for e in evidence if e.confidence is not None]
     lows = [e.interval_pct[0] for e in evidence if e.interval_pct]
     highs = [e.interval_pct[1] for e in evidence if e.interval_pct]
-    stamps = [e.timestamp for e in evidence if e.timestamp is not None]
-    expires = min(stamps) + dt.timedelta(seconds=req.policy.evidence_ttl_s) if stamps else None
     return Decision("admit", "fits, and fresh evidence says every pair keeps its slowdown bound", "cache",
                     confidence=min(confidences) if confidences else None, evidence=tuple(evidence),
-                    predicted_slowdown_pct=(min(lows), max(highs)) if lows and highs else None, expires_at=expires)
+                    predicted_slowdown_pct=(min(lows), max(highs)) if lows and highs else None,
+                    expires_at=_runs_out(req, evidence))
+
+
+def _runs_out(req: Request, evidence: Sequence[PairEvidence]) -> dt.datetime | None:
+    """When a decision on this evidence runs out: the first pair whose evidence does — its records'
+    own expiry where the store gave it, never later than its newest record plus the policy's TTL
+    (``None`` when no pair's time is known)."""
+    ttl = dt.timedelta(seconds=req.policy.evidence_ttl_s)
+    ends = []
+    for e in evidence:
+        by_ttl = e.timestamp + ttl if e.timestamp is not None else None
+        known = [t for t in (e.expires_at, by_ttl) if t is not None]
+        if known:
+            ends.append(min(known))
+    return min(ends) if ends else None
 
 
 def pairs_needing_probe(evidence: list[PairEvidence]) -> list[PairKey]:
@@ -212,6 +267,7 @@ def settle(req: Request, hard: HardFit, evidence: list[PairEvidence], *, booked_
     decision = hard_fit_decision(req, hard, booked_bytes=booked_bytes)
     if decision is not None:
         return Settled(decision)
+    evidence = bound_checked(req, evidence)
     decision = cache_decision(req, evidence)
     return Settled(decision, tuple(pairs_needing_probe(evidence)) if decision.verdict == "unknown" else ())
 

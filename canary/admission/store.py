@@ -295,6 +295,7 @@ def _pair_evidence(resident: str, key: PairKey, res: LookupResult, *, at: dt.dat
         outcome=res.outcome,
         ids=tuple(res.evidence_ids),
         timestamp=res.evidence_timestamp,
+        expires_at=res.evidence_expires_at,
         confidence=res.confidence,
         slowdown_pct=res.slowdown_estimate_pct,
         interval_pct=res.slowdown_interval_pct,

@@ -19,6 +19,7 @@ from canary.admission.decisions import (
     PairEvidence,
     ProbeRun,
     ReservationPlan,
+    bound_checked,
     cache_decision,
     hard_fit_decision,
     make_certificate,
@@ -166,8 +167,9 @@ UNKEYED = PairEvidence("d", None, None, reason="resident d has no profile")
 CACHE_CASES = [
     pytest.param(
         [_safe("a", 0.99, (1.0, 4.0), T2), UNSAFE, MISSING], None,
-        ("reject", "cache", 0.97, (12.0, 30.0), None, "the pair with b is unsafe: a production violation"),
-        id="unsafe-evidence-rejects-even-beside-missing-evidence",
+        ("reject", "cache", 0.97, (12.0, 30.0), T1 + dt.timedelta(hours=1),
+         "the pair with b is unsafe: a production violation"),
+        id="unsafe-evidence-rejects-even-beside-missing-evidence-until-that-evidence-runs-out",
     ),
     pytest.param(
         [_safe("a", 0.99, (1.0, 4.0), T2), MISSING], None,
@@ -188,6 +190,12 @@ CACHE_CASES = [
         [_safe("a", 0.99, (1.0, 4.0), T2), _safe("b", 0.95, (-2.0, 3.0), T1)], 0.9,
         ("admit", "cache", 0.95, (-2.0, 4.0), T1 + dt.timedelta(hours=1), "fresh evidence says every pair"),
         id="fresh-evidence-for-every-pair-admits-with-the-weakest-confidence-and-the-oldest-expiry",
+    ),
+    pytest.param(
+        [dataclasses.replace(_safe("a", 0.99, (1.0, 4.0), T2), expires_at=T2 + dt.timedelta(minutes=20)),
+         _safe("b", 0.95, (-2.0, 3.0), T2)], 0.9,
+        ("admit", "cache", 0.95, (-2.0, 4.0), T2 + dt.timedelta(minutes=20), "fresh evidence says every pair"),
+        id="a-record-that-expires-before-its-ttl-ends-the-certificate-then",
     ),
     pytest.param(
         [_safe("a", 0.99, None, None)], 0.9,
@@ -368,3 +376,36 @@ def test_pair_key_names_both_versions_the_device_and_the_regime() -> None:
     assert (key.resident_version, key.candidate_version) == (resident.profile.version, req.candidate.version)
     assert (key.device_type, key.regime) == (req.spec.name, str(req.regime))
     assert pair_key(req, Resident(name="mystery", pid=1)) is None
+
+
+# --------------------------------------------------------------------------- evidence against today's bound
+
+def _comms(outcome: str, estimate: float | None, interval: tuple[float, float] | None) -> PairEvidence:
+    return PairEvidence("comms", KEY, outcome, ids=("ev-comms-0001",), timestamp=T2, confidence=0.95,
+                        slowdown_pct=estimate, interval_pct=interval, sources=("import",), reason="pooled")
+
+
+@pytest.mark.parametrize(("evidence", "kept"), [
+    # The example room's resident `comms` is a training workload without an SLO bound of its own: the
+    # default policy's training budget bounds it at 15%.
+    pytest.param(_comms("safe", 20.0, None), False, id="safe-at-20-percent-is-not-safe-under-15"),
+    pytest.param(_comms("safe", 9.0, (4.0, 15.5)), False, id="safe-whose-upper-end-passes-15-is-set-aside"),
+    pytest.param(_comms("safe", 9.0, (4.0, 15.0)), True, id="safe-whose-upper-end-is-on-the-bound-holds"),
+    pytest.param(_comms("safe", None, None), True, id="safe-without-numbers-stands-on-its-verdict"),
+    pytest.param(_comms("unsafe", 14.0, (12.0, 30.0)), False, id="unsafe-whose-lower-end-is-under-15-is-set-aside"),
+    pytest.param(_comms("unsafe", 40.0, (15.5, 60.0)), True, id="unsafe-whose-lower-end-passes-15-holds"),
+])
+def test_evidence_judged_against_another_bound_is_set_aside(evidence: PairEvidence, kept: bool) -> None:
+    """A record's verdict was reached against the bound of its day (an import, a looser policy): under
+    today's 15% it counts only while its interval (else its estimate) is on the same side. Set aside, the
+    pair has no usable evidence: the decision is unknown and the pair is probed against today's bound."""
+    req = _request()
+    assert [r.name for r in req.snapshot.residents] == ["comms"]
+    checked = bound_checked(req, [evidence])
+    if kept:
+        assert checked == [evidence]
+        return
+    (e,) = checked
+    assert e.outcome is None and e.key == KEY and "the resident's bound of 15% today" in e.reason
+    decision = cache_decision(req, checked)
+    assert decision.verdict == "unknown" and pairs_needing_probe(checked) == [KEY]

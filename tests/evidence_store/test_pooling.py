@@ -33,6 +33,7 @@ def rec(
     slowdown: float | None = 4.0,
     interval: tuple[float, float] | None = (2.0, 6.0),
     samples: int = 200,
+    expires_minutes: int = 7 * 24 * 60,
 ) -> Record:
     return Record(
         id=rid,
@@ -45,6 +46,7 @@ def rec(
         samples=samples,
         confidence=confidence,
         created_at=T0 + timedelta(minutes=minutes),
+        expires_at=T0 + timedelta(minutes=minutes + expires_minutes),
     )
 
 
@@ -234,8 +236,28 @@ def test_a_stored_record_pools_like_its_plain_values() -> None:
         samples=stored.samples,
         confidence=stored.confidence,
         created_at=stored.created_at,
+        expires_at=stored.expires_at,
     )
     for records in ([stored], [as_values]):
         result = pool(records, driver_version=stored.driver_version, allow_cross_driver=False,
                       cross_driver_confidence_factor=0.5)
         assert (result.outcome, result.evidence_ids, result.confidence) == ("safe", ("e1",), 0.95)
+
+
+def test_the_answer_runs_out_when_its_last_deciding_record_does() -> None:
+    """Each deciding record is usable until its own expiry or its creation plus the TTL, whichever is
+    first; the pooled answer holds while any of them does. Record b (created at +10 min) expires 30 min
+    after creation, before its TTL; record a (created at 0) runs to its TTL of 60 min: the answer runs
+    out at 60 min. Unsafe records do not decide a safe answer and do not extend it."""
+    a = rec("a", minutes=0)
+    b = rec("b", minutes=10, expires_minutes=30)
+    late_unsafe = rec("u", "unsafe", minutes=5, source="canary")
+    result = pool([a, b], driver_version=DRIVER, allow_cross_driver=False, cross_driver_confidence_factor=0.5,
+                  ttl_s=3600)
+    assert result.evidence_expires_at == T0 + timedelta(minutes=60)
+    only_b = pool([b], driver_version=DRIVER, allow_cross_driver=False, cross_driver_confidence_factor=0.5,
+                  ttl_s=3600)
+    assert only_b.evidence_expires_at == T0 + timedelta(minutes=40)
+    unsafe = pool([a, late_unsafe], driver_version=DRIVER, allow_cross_driver=False,
+                  cross_driver_confidence_factor=0.5, ttl_s=3600)
+    assert unsafe.outcome == "unsafe" and unsafe.evidence_expires_at == T0 + timedelta(minutes=65)
