@@ -713,7 +713,7 @@ class _Run:
             self.abort(f"error: {_describe(exc)}")
         except BaseException as exc:
             # Cancellation, Ctrl-C, SystemExit: roll back (shielded), record, and re-raise.
-            self.abort(f"cancelled: {type(exc).__name__}")
+            self.abort(_interruption(exc))
             report = await self.rollback()
             with anyio.CancelScope(shield=True):
                 self._record_quietly(report)
@@ -747,6 +747,20 @@ def _p99(window: CleanWindow) -> float:
 
 def _pair(off: WindowSample, on: WindowSample) -> WindowPair:
     return WindowPair(off.latencies_ms, on.latencies_ms, on_stalled=on.stalled)
+
+
+def _interruption(exc: BaseException) -> str:
+    """Why a probe stopped when something outside it stopped it, in an operator's words (it was
+    ``cancelled: CancelledError``). A signal usually reaches the probe as its task's cancellation, so
+    the cancelled text names every cause; an interrupt raised in the probe itself says so."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C or SIGTERM): the candidate was stopped and rolled back"
+    if isinstance(exc, SystemExit):
+        return "the process exited: the candidate was stopped and rolled back"
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _interruption(exc.exceptions[0])
+    return ("cancelled from outside the probe (Ctrl-C or SIGTERM to the job, a service shutting down, or a "
+            "cancel request): the candidate was stopped and rolled back")
 
 
 def _describe(exc: BaseException) -> str:

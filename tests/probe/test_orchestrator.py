@@ -342,7 +342,8 @@ async def test_cancellation_rolls_back_records_and_propagates() -> None:
     assert bench.rollbacks == 1 and bench.rollback_finished == 1
     assert journal.rows["t1"].state == "aborted"
     assert journal.rows["t1"].result_json is not None
-    assert "cancelled" in journal.rows["t1"].result_json["rollback_reason"]
+    assert journal.rows["t1"].result_json["rollback_reason"].startswith(
+        "cancelled from outside the probe (Ctrl-C or SIGTERM to the job, a service shutting down, or a cancel request)")
 
 
 @pytest.mark.anyio
