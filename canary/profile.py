@@ -116,7 +116,8 @@ class KernelSpec(Model):
     registers_per_thread: int = Field(ge=0, le=255, description="registers per thread, as ptxas reports them")
     threads_per_block: int = Field(ge=1, le=1024, description="threads per block at launch")
     static_shared_bytes: Bytes = Field(
-        default=0, description="static shared memory per block, as ptxas reports it (without the 1 KiB system reserve)"
+        default=0, description="static shared memory per block, as ptxas reports it (without the 1 KiB system reserve); "
+        "absent = 0, as ptxas omits 'bytes smem' for a kernel that has none"
     )
     dynamic_shared_bytes: Bytes = Field(default=0, description="dynamic shared memory per block requested at launch")
     grid_blocks: int | None = Field(default=None, ge=1, description="blocks per launch; None = unknown")
