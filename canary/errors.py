@@ -39,12 +39,24 @@ class CanaryError(Exception):
         return self.message
 
 
+def _control(c: str) -> bool:
+    o = ord(c)
+    return o < 32 or 127 <= o < 160 or o in (0x2028, 0x2029)
+
+
 def printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\r``, ``\\x1b``): a name from the command line or
-    a file may hold them, and a message must stay one line that a terminal shows as written."""
-    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
+    """``text`` with control characters escaped (``\\r``, ``\\x1b``, C1 and the Unicode line and
+    paragraph separators): a name from the command line or a file may hold them, and a message must
+    stay one line that a terminal shows as written."""
+    if not any(_control(c) for c in text):
         return text
-    return "".join(c.encode("unicode_escape").decode("ascii") if ord(c) < 32 or ord(c) == 127 else c for c in text)
+    return "".join(c.encode("unicode_escape").decode("ascii") if _control(c) else c for c in text)
+
+
+def _cut(text: str, limit: int) -> str:
+    """At most ``limit`` characters of ``text``, then how long it was: a file name or a field echoed
+    from hostile input (an unknown key of a million characters) must not become a megabyte message."""
+    return text if len(text) <= limit else f"{text[:limit]}…({len(text)} chars)"
 
 
 class InputError(CanaryError):
@@ -58,9 +70,9 @@ class InputError(CanaryError):
         self.problem = problem
         where = []
         if file:
-            where.append(printable(str(file)))
+            where.append(_cut(printable(str(file)), 300))
         if field:
-            where.append(f"field '{printable(field)}'")
+            where.append(f"field '{_cut(printable(field), 120)}'")
         prefix = ": ".join(where)
         super().__init__(f"{prefix}: {problem}" if prefix else problem)
 

@@ -248,3 +248,16 @@ def test_an_exponent_float_reads_as_a_number(tmp_path: Path, text: str, value: f
     path = tmp_path / "n.yaml"
     path.write_text(f"budget_s: {text}\nword: 6e2x\n")
     assert read_document(path) == {"budget_s": value, "word": "6e2x"}
+
+
+def test_an_input_error_echoes_a_bounded_one_line_file_and_field() -> None:
+    """Whatever a hostile document names its keys or files, the message stays one line (C0, C1 and the
+    Unicode line separators escaped) and short (a field is cut at 120 characters, a file at 300, with
+    the length said)."""
+    from canary.errors import InputError
+
+    err = InputError("unknown field", file="a\u2028b.yaml", field="k\x85" + "x" * 1_000_000)
+    text = str(err)
+    assert "\n" not in text and "\u2028" not in text and "\x85" not in text
+    assert "\\u2028" in text and "\\x85" in text
+    assert len(text) < 600 and "…(1000005 chars)" in text  # k, the escaped \\x85 (4), the million
