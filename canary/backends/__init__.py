@@ -177,5 +177,11 @@ def resolve_device(ref: str) -> ResolvedDevice:
             f"unknown device '{ref}': use a catalog name (h100-sxm), a snapshot file, or nvml:N / cuda:N / rocm:N",
             field="DEVICE",
         )
+    if ("/" in ref or ref.startswith(".")) and path.exists():
+        # A path to something that is not a regular file (a directory, /dev/zero, a FIFO): say so, not
+        # "unknown device" — and never open it.
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise InputError(f"'{ref}' is {what}: DEVICE takes a snapshot file, a catalog name (h100-sxm) or "
+                         "nvml:N / cuda:N / rocm:N", field="DEVICE")
     spec = lookup(ref)
     return ResolvedDevice(snapshot=idle_snapshot(spec), spec=spec, ref=ref, kind="catalog")

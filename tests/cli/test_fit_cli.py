@@ -64,6 +64,8 @@ def test_terminal_table_marks_the_limiting_resource(tmp_path: Path) -> None:
     (["fit", "h100", PROFILE, "--regime", "quantum"], "unknown regime"),
     (["fit", "h100", PROFILE, "--policy", "nope"], "no policy named"),
     (["fit", "foo:1", PROFILE], "unknown device"),
+    (["fit", "/dev/zero", PROFILE], "'/dev/zero' is not a regular file"),  # never opened, never "unknown device"
+    (["fit", "/", PROFILE], "'/' is a directory"),
     (["fit"], "required"),
 ])
 def test_bad_input_exits_2_without_traceback(tmp_path: Path, args: list[str], words: str) -> None:
