@@ -6,17 +6,42 @@ a backend that cannot read a value leaves it ``None`` with the reason in ``unkno
 
 import datetime as dt
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from canary._model import Model, read_document, validate_document
-from canary.errors import InputError
-from canary.profile import WorkloadProfile, load_profile
+from canary._model import (
+    Model,
+    Name,
+    name_problem,
+    read_document,
+    read_text_limited,
+    shorten,
+    validate_document,
+)
+from canary.errors import InputError, printable
+from canary.profile import WorkloadProfile
 from canary.units import Bytes
 
 if TYPE_CHECKING:
     from canary.catalog import DeviceSpec
+
+#: Longest ``unknown_reasons`` text: a sentence, not a document.
+MAX_SNAPSHOT_REASON_CHARS = 1024
+
+
+def _one_line_reason(value: str) -> str:
+    problem = name_problem(value, max_chars=MAX_SNAPSHOT_REASON_CHARS)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A snapshot's identifiers (uuid, versions, names) are printed into tables, certificate headers and
+# messages one value a line: a newline in a uuid would print a line of its own (``ADMIT`` under a
+# REJECT) and a certificate would keep it. They are ``Name``s: one printable line, refused at load
+# naming the field. A backend's reason for an unknown value is one printable line too, if longer.
+SnapshotReason = Annotated[str, AfterValidator(_one_line_reason)]
 
 ComputeMode = Literal["DEFAULT", "EXCLUSIVE_PROCESS", "PROHIBITED"]
 SnapshotSource = Literal["simulated", "file", "nvml", "cuda", "rocm", "dcgm-exporter"]
@@ -30,7 +55,7 @@ class Measured(Model):
     window_s: float | None = Field(
         default=None, gt=0, description="the averaging window the value covers, in seconds; None = unknown"
     )
-    source: str = Field(default="declared", description="where the value comes from (nvml, dcgm-exporter, declared …)")
+    source: Name = Field(default="declared", description="where the value comes from (nvml, dcgm-exporter, declared …)")
 
 
 class Telemetry(Model):
@@ -51,7 +76,7 @@ class Telemetry(Model):
     power_w: Measured | None = Field(default=None, description="power draw in watts")
     power_limit_w: Measured | None = Field(default=None, description="enforced power limit in watts")
     temperature_c: Measured | None = Field(default=None, description="GPU temperature in degrees Celsius")
-    clock_event_reasons: tuple[str, ...] | None = Field(
+    clock_event_reasons: tuple[Name, ...] | None = Field(
         default=None, description="why clocks are held down (NVML clock event reasons); None = not reported"
     )
 
@@ -59,11 +84,11 @@ class Telemetry(Model):
 class MigInstance(Model):
     """A GPU instance that exists on the device; ``start``/``size`` in memory-slice units."""
 
-    profile: str = Field(description="the GPU-instance profile (3g.40gb, MIG 1g.10gb …)")
+    profile: Name = Field(description="the GPU-instance profile (3g.40gb, MIG 1g.10gb …)")
     start: int = Field(ge=0, description="first memory slice of the instance")
     size: int = Field(ge=1, description="memory slices it spans (its profile's size)")
     gpu_instance_id: int | None = Field(default=None, description="NVML's GPU instance id; None = unknown")
-    holder: str | None = Field(default=None, description="the resident running in it; None = free or unknown")
+    holder: Name | None = Field(default=None, description="the resident running in it; None = free or unknown")
 
 
 class MigState(Model):
@@ -104,7 +129,7 @@ class DevicePartition(Model):
 class Resident(Model):
     """A workload already on the device: with a profile, or a bare process with observed memory."""
 
-    name: str = Field(min_length=1, description="the resident's name, unique within the snapshot")
+    name: Name = Field(min_length=1, description="the resident's name, unique within the snapshot")
     pid: int | None = Field(default=None, ge=1, description="its process id; None = unknown")
     profile: WorkloadProfile | None = Field(
         default=None, description="its workload profile (inline, or in a file a path here names, relative to the "
@@ -114,7 +139,7 @@ class Resident(Model):
         default=None, description="device memory the process holds (NVML usedGpuMemory); bytes or a size such as "
         "18Gi; None = unknown"
     )
-    mig_instance: str | None = Field(default=None, description="the GPU instance it runs in: PROFILE or PROFILE@START")
+    mig_instance: Name | None = Field(default=None, description="the GPU instance it runs in: PROFILE or PROFILE@START")
     mps_active_thread_pct: int | None = Field(
         default=None, ge=1, le=100, description="its MPS active-thread percentage; None = not under MPS or unknown"
     )
@@ -137,11 +162,11 @@ class DeviceSnapshot(Model):
     more memory than the device has; used + reserved ≤ total; green partitions ≤ the device's SMs;
     MPS clients ≤ ``max_clients`` and none while MPS is off; AMD partition modes the device has."""
 
-    device_type: str = Field(min_length=1, description="the GPU model as the catalog names it (h100-sxm, mi300x …)")
-    uuid: str | None = Field(default=None, description="the device's UUID (GPU-…); None = unknown")
+    device_type: Name = Field(min_length=1, description="the GPU model as the catalog names it (h100-sxm, mi300x …)")
+    uuid: Name | None = Field(default=None, description="the device's UUID (GPU-…); None = unknown")
     index: int | None = Field(default=None, ge=0, description="the device's index on its node; None = unknown")
-    driver_version: str | None = Field(default=None, description="the GPU driver version; None = unknown")
-    cuda_driver_version: str | None = Field(
+    driver_version: Name | None = Field(default=None, description="the GPU driver version; None = unknown")
+    cuda_driver_version: Name | None = Field(
         default=None, description="the CUDA version the driver supports; None = unknown"
     )
     compute_mode: ComputeMode | None = Field(
@@ -175,7 +200,7 @@ class DeviceSnapshot(Model):
     )
     taken_at: dt.datetime | None = Field(default=None, description="when the snapshot was read (ISO 8601)")
     source: SnapshotSource = Field(default="file", description="what produced the snapshot")
-    unknown_reasons: dict[str, str] = Field(
+    unknown_reasons: dict[Name, SnapshotReason] = Field(
         default_factory=dict, description="field name → why the backend could not read it"
     )
 
@@ -194,6 +219,45 @@ class DeviceSnapshot(Model):
         return self
 
 
+def _profile_file(ref: str, base: Path, file: str, field: str) -> WorkloadProfile:
+    """The profile a resident's ``profile:`` path names, relative to the snapshot's directory (``base``).
+
+    A snapshot is untrusted data (docs/security.md): its path may point anywhere the reader can read,
+    so nothing of a file is echoed unless the file has a profile's shape — a regular file holding a
+    YAML/JSON mapping whose top-level keys are all profile fields. Every refusal names the snapshot
+    file and ``field``."""
+    target = base / ref
+    shown = printable(shorten(str(target), 200))
+
+    def refuse(problem: str) -> InputError:
+        return InputError(f"profile file {shown}: {problem}", file=file, field=field)
+
+    try:
+        read_text_limited(target, what="a workload profile")
+    except InputError as exc:
+        # The loader's own refusals (not found, a directory, not a regular file, too large, not UTF-8)
+        # say nothing of the content.
+        raise refuse(exc.problem) from None
+    try:
+        data = read_document(target)
+    except InputError:
+        # A YAML error may quote the text it stopped at (a tag, a repeated key): not echoed.
+        raise refuse("not a profile: not a YAML/JSON document within the loader's limits (load the file "
+                     "itself as a profile to see where)") from None
+    if not isinstance(data, dict):
+        raise refuse(f"not a profile: the top level is not a mapping (a {type(data).__name__})")
+    fields = set(WorkloadProfile.model_fields)
+    strangers = sum(1 for key in data if not isinstance(key, str) or key not in fields)
+    if strangers:
+        raise refuse(f"not a profile: {strangers} of its {len(data)} top-level key(s) are not workload-profile "
+                     "fields (not shown: the file is not a profile)")
+    try:
+        return validate_document(WorkloadProfile, data, file=str(target))
+    except InputError as exc:
+        where = f"field '{exc.field}': " if exc.field else ""
+        raise refuse(f"{where}{exc.problem}") from None
+
+
 def _resolve_resident_profiles(data: Any, base: Path, file: str) -> Any:
     """A resident's ``profile`` may be a path (relative to the snapshot file) instead of inline."""
     if not isinstance(data, dict) or not isinstance(data.get("residents"), list):
@@ -201,10 +265,7 @@ def _resolve_resident_profiles(data: Any, base: Path, file: str) -> Any:
     residents = []
     for i, resident in enumerate(data["residents"]):
         if isinstance(resident, dict) and isinstance(resident.get("profile"), str):
-            ref = base / resident["profile"]
-            if not ref.is_file():
-                raise InputError(f"profile file {ref} not found", file=file, field=f"residents[{i}].profile")
-            profile = load_profile(ref)
+            profile = _profile_file(resident["profile"], base, file, f"residents[{i}].profile")
             resident = {**resident, "profile": profile.model_dump(mode="json")}
         residents.append(resident)
     return {**data, "residents": residents}
