@@ -6,8 +6,8 @@ if any is *unknown*, else *yes*. The limiting resource is the first *no* that is
 (the candidate cannot fit whatever leaves); without one, the first *no* short ``now``; without a
 *no*, the first *unknown* — "first" in the stable order of ``RESOURCE_ORDER``::
 
-    compute_mode, unlisted_context, amd_partition, sharing_mode, mig_slices, mig_instances, mig_placement,
-    mps_server, mps_clients, mps_pinned_memory, green_sms, hbm, sm_coresidency, resident_kernels,
+    compute_mode, unlisted_context, amd_partition, sharing_mode, mig_mode, mig_slices, mig_instances,
+    mig_placement, mps_server, mps_clients, mps_pinned_memory, green_sms, hbm, sm_coresidency, resident_kernels,
     candidate_kernels, registers, shared_memory, warps, blocks, barriers
 """
 
@@ -50,7 +50,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
 )
 
 RESOURCE_ORDER: tuple[str, ...] = (
-    "compute_mode", "unlisted_context", "amd_partition", "sharing_mode", "mig_slices", "mig_instances", "mig_placement", "mps_server",
+    "compute_mode", "unlisted_context", "amd_partition", "sharing_mode", "mig_mode", "mig_slices", "mig_instances", "mig_placement", "mps_server",
     "mps_clients", "mps_pinned_memory", "green_sms", "hbm", "sm_coresidency", "resident_kernels",
     "candidate_kernels", "registers", "shared_memory", "warps", "blocks", "barriers",
 )  # fmt: skip

@@ -143,7 +143,10 @@ def choose_regime(
 
     MIG enabled → the smallest accepted MIG profile the candidate fits in (``choose_mig``; the MIG
     instances other admissions booked, ``mig_booked``, hold their placements); MPS running → ``mps``
-    at the candidate's percentage (or the policy default); otherwise ``timeslice``."""
+    at the candidate's percentage (or the policy default); otherwise ``timeslice``, whose sentence says
+    when MIG or MPS state is unknown rather than off (stage 1 then answers *unknown* for MIG)."""
+    from canary.hardfit.partitions import may_have_mig  # the package imports this module
+
     sharing = candidate.sharing
     if snapshot.mig.enabled:
         return choose_mig(snapshot, spec, candidate, policy, mig_booked=mig_booked)
@@ -151,4 +154,15 @@ def choose_regime(
         pct = sharing.mps_active_thread_pct or policy.mps_default_active_thread_pct
         why = "the candidate's" if sharing.mps_active_thread_pct else "the policy's default"
         return RegimeChoice(Regime("mps", mps_pct=pct), f"MPS is running; {why} active-thread percentage {pct}%")
+    # An unknown MIG mode is not "off": stage 1's mig_mode finding makes the fit unknown; the regime
+    # checked is the one the device would have without MIG, and the sentence says what is not known.
+    mig_unknown = snapshot.mig.enabled is None and may_have_mig(spec)
+    mps_unknown = snapshot.mps.running is None and spec.vendor != "amd"
+    if mig_unknown or mps_unknown:
+        unknown = " and ".join(what for what, is_unknown in (("whether MIG is on (mig.enabled)", mig_unknown),
+                                                              ("whether MPS runs (mps.running)", mps_unknown))
+                               if is_unknown)
+        are = "are" if mig_unknown and mps_unknown else "is"
+        return RegimeChoice(Regime("timeslice"), f"{unknown} {are} not known; checking timeslice, the regime "
+                                                 "without either")
     return RegimeChoice(Regime("timeslice"), "neither MIG nor MPS is active, so separate processes time-slice")

@@ -46,6 +46,32 @@ def _new_bookings(ctx: FitContext) -> tuple[list[MigBooking], list[MigBooking]]:
     return placed, unplaced
 
 
+def may_have_mig(spec: DeviceSpec) -> bool:
+    """Whether MIG could be on: not on AMD, nor on a catalogued NVIDIA device without MIG profiles.
+    A device the catalog lacks may have it."""
+    return spec.vendor != "amd" and (not spec.catalogued or bool(spec.mig_profiles))
+
+
+def check_mig_mode(ctx: FitContext) -> list[Finding]:
+    """Outside MIG: with MIG mode on, the device runs CUDA work only inside GPU instances (NVIDIA
+    MIG User Guide), so no regime but ``mig:*`` can start there; whether it is on decides whether the
+    device can take the candidate at all, so an unknown mode is *unknown*, never *off*. No finding
+    where MIG is known off or the device cannot have it."""
+    snap, spec = ctx.snapshot, ctx.spec
+    if not may_have_mig(spec) or snap.mig.enabled is False:
+        return []
+    regime = str(ctx.regime)
+    if snap.mig.enabled is None:
+        reason = snap.unknown_reasons.get("mig", "the snapshot does not say")
+        return [finding("mig_mode", regime, None, "mode", "unknown", snap.source,
+                        f"MIG mode unknown (mig.enabled): {reason}; with MIG on, only work inside a GPU "
+                        f"instance runs, so {regime} cannot be called possible")]
+    return [finding("mig_mode", regime, "MIG enabled", "mode", "no", snap.source,
+                    f"MIG is enabled: the device runs work only inside GPU instances, so {regime} needs MIG "
+                    "disabled (the GPU drained and reset); ask for a mig:PROFILE regime instead",
+                    shortfall="now")]
+
+
 def check_mig(ctx: FitContext) -> list[Finding]:
     """Slices, instance count and a free placement for a new GPU instance of the regime's profile
     (NVIDIA MIG User Guide: an instance takes one of its profile's placements, and no two instances
@@ -53,7 +79,7 @@ def check_mig(ctx: FitContext) -> list[Finding]:
     (``ctx.mig_booked``, evidence-store reservations) both hold their placements. The free placement
     found travels on the finding as numbers."""
     if ctx.regime.kind != "mig":
-        return []
+        return check_mig_mode(ctx)
     snap, spec = ctx.snapshot, ctx.spec
     name = ctx.regime.mig_profile or ""
     if not spec.catalogued:
@@ -68,7 +94,7 @@ def check_mig(ctx: FitContext) -> list[Finding]:
         return [finding("mig_placement", name, None, "placement", "no", "catalog", exc.problem, shortfall="never")]
     if snap.mig.enabled is None:
         return [finding("mig_placement", profile.name, None, "placement", "unknown", snap.source,
-                        f"MIG mode unknown: {snap.unknown_reasons.get('mig', 'the snapshot does not say')}")]
+                        f"MIG mode unknown (mig.enabled): {snap.unknown_reasons.get('mig', 'the snapshot does not say')}")]
     if not snap.mig.enabled:
         return [finding("mig_placement", profile.name, "MIG disabled", "placement", "no", snap.source,
                         "MIG is disabled on this device; enabling it needs the GPU drained and reset",
@@ -130,6 +156,24 @@ def check_mig(ctx: FitContext) -> list[Finding]:
     return out
 
 
+def _no_mps_server(ctx: FitContext) -> str:
+    """Why an MPS regime cannot start without a server: a client needs the control daemon, which canary
+    does not start (an operator's setting). Whom starting one would disturb depends on who runs."""
+    snap = ctx.snapshot
+    need = "an MPS client needs a running MPS control daemon (nvidia-cuda-mps-control -d), which canary does not start"
+    listed = len(snap.residents)
+    if listed:
+        return (f"no MPS control daemon; {need}, and the {listed} resident(s) running now are not its clients: "
+                "they would have to restart as MPS clients")
+    if "residents" in snap.unknown_reasons or ctx.hbm.unlisted_context is None:
+        return f"no MPS control daemon; {need}; whether a process already runs there (and would have to restart " \
+               "as an MPS client) is unknown"
+    if ctx.hbm.unlisted_context:
+        return f"no MPS control daemon; {need}, and a context nobody listed runs there: it would have to restart " \
+               "as an MPS client"
+    return f"no MPS control daemon; {need}. Nothing runs on the device, so starting one disturbs nobody"
+
+
 def check_mps(ctx: FitContext) -> list[Finding]:
     if ctx.regime.kind != "mps":
         return []
@@ -138,10 +182,10 @@ def check_mps(ctx: FitContext) -> list[Finding]:
     out: list[Finding] = []
     if mps.running is None:
         return [finding("mps_server", "running", None, "state", "unknown", snap.source,
-                        f"MPS state unknown: {snap.unknown_reasons.get('mps', 'the snapshot does not say')}")]
+                        f"MPS state unknown (mps.running): {snap.unknown_reasons.get('mps', 'the snapshot does not say')}")]
     if not mps.running:
         return [finding("mps_server", "running", "not running", "state", "no", snap.source,
-                        "no MPS control daemon; the residents would have to restart as MPS clients", shortfall="now")]
+                        _no_mps_server(ctx), shortfall="now")]
     limit = mps.max_clients if mps.max_clients is not None else spec.mps_max_clients
     limit_src = "observed" if mps.max_clients is not None else f"catalog ({spec.source('mps_max_clients')})"
     if mps.clients is None or limit is None:
