@@ -77,7 +77,8 @@ def revalidate(session: Any, pub: published.Published, *, old_driver: str | None
     from evidence_store import evidence
 
     new_driver = pub.driver_version
-    stale = evidence.mark_stale(session, driver_not=new_driver, device_type=pub.device_type) if new_driver else 0
+    stale = (evidence.mark_stale(session, driver_not=new_driver, device_type=pub.device_type, now=now)
+             if new_driver else 0)
     budget = policy.revalidation_budget_pairs
     probes: list[dict[str, Any]] = []
     own_uuid = pub.snapshot_json.get("uuid")

@@ -110,8 +110,16 @@ def load_pair(pair: PlannedPair, *, check_probe: bool = False) -> Request:
     if check_probe:
         from canary.probe.factory import check_request
 
-        check_request(req)
+        check_request(req, candidate_file=pair.candidate, resident_files=_resident_files(req, pair),
+                      snapshot_file=pair.device)
     return req
+
+
+def _resident_files(req: Request, pair: PlannedPair) -> dict[str, str]:
+    """Each resident added from a file of its own (the plan's ``residents``), by the name it got: a
+    refused URL in one of them names that file, not the plan's device."""
+    added = req.snapshot.residents[len(req.snapshot.residents) - len(pair.residents):] if pair.residents else ()
+    return {r.name: path for r, path in zip(added, pair.residents, strict=True)}
 
 
 async def _warm_one(index: int, pair: PlannedPair, *, engine: Any, seed: int, driver: str | None,
@@ -656,7 +664,7 @@ def mark_stale_and_record_drift(db_url: str | None, *, driver: str, device_type:
     engine = open_store_for_writing(db_url)
     with session_scope(engine) as session:
         groups = _stale_groups(session, driver=driver, device_type=device_type)
-        marked = evidence.mark_stale(session, driver_not=driver, device_type=device_type)
+        marked = evidence.mark_stale(session, driver_not=driver, device_type=device_type, now=now)
         ids = [drift.record_drift(session, device_id=f"revalidate:{g.device_type}", node=socket.gethostname(),
                                   device_type=g.device_type, old_driver=g.old_driver, new_driver=driver,
                                   stale_marked=g.records, budget=len(pairs.get(g.device_type, [])),

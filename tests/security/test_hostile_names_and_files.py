@@ -261,3 +261,19 @@ def test_an_input_error_echoes_a_bounded_one_line_file_and_field() -> None:
     assert "\n" not in text and "\u2028" not in text and "\x85" not in text
     assert "\\u2028" in text and "\\x85" in text
     assert len(text) < 600 and "…(1000005 chars)" in text  # k, the escaped \\x85 (4), the million
+
+
+def test_a_warm_plan_names_the_resident_file_whose_url_is_refused(tmp_path: Path) -> None:
+    """A plan pair's resident added from its own file: the refusal names that file and the field, not
+    the plan's device (canary warm checks every pair before it writes)."""
+    from canary.jobs.plan import PlannedPair
+    from canary.jobs.warm import load_pair
+
+    resident = _write(tmp_path, _profile_doc(name="nccl-comms",
+                                             canary={"monitor": "http", "endpoint": "http://169.254.169.254/"}),
+                      name="resident.yaml")
+    pair = PlannedPair(device="h100-sxm", candidate=str(PROFILE), residents=(str(resident),))
+    with pytest.raises(InputError, match=r"169\.254\.169\.254") as info:
+        load_pair(pair, check_probe=True)
+    assert info.value.file == str(resident)
+    assert info.value.field is not None and info.value.field.endswith("canary.endpoint")
