@@ -164,5 +164,5 @@ def choose_regime(
                                if is_unknown)
         are = "are" if mig_unknown and mps_unknown else "is"
         return RegimeChoice(Regime("timeslice"), f"{unknown} {are} not known; checking timeslice, the regime "
-                                                 "without either")
+                                                 "of a device with neither on")
     return RegimeChoice(Regime("timeslice"), "neither MIG nor MPS is active, so separate processes time-slice")
