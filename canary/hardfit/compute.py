@@ -190,7 +190,12 @@ def _evaluate(spec: DeviceSpec, kernels: tuple[KernelSpec, ...], load: _SmLoad) 
             continue
         _, resource, demand, available, unit, k = worst_margin[r]
         verdict: FitVerdict = "yes" if demand <= available else "no"
-        worst.append(finding(resource, demand, max(available, 0), unit, verdict, f"{k.source} + occupancy rules",
+        source = f"{k.source} + occupancy rules"
+        if resource == "shared_memory" and "static_shared_bytes" not in k.model_fields_set:
+            # ptxas prints no "bytes smem" for a kernel without static shared memory, so an absent value is
+            # 0 by that convention — said as such, not as a number the profile declared.
+            source = f"{k.source}; static smem not given, 0 assumed as ptxas omits zero + occupancy rules"
+        worst.append(finding(resource, demand, max(available, 0), unit, verdict, source,
                              f"candidate kernel {k.name} beside resident blocks ({', '.join(load.by)}) on every SM",
                              subject=k.name, shortfall="now"))
     return worst

@@ -217,3 +217,20 @@ def test_a_snapshot_file_cites_the_file() -> None:
     total = next(t for t in hbm.terms if t.name == "total")
     assert "NVML" not in total.source and "snapshot file" in total.source
     assert "NVML" not in json.dumps([t.source for t in hbm.terms if t.name in ("total", "unlisted")])
+
+
+def test_an_absent_static_shared_memory_is_said_to_be_assumed_zero(tmp_path: Path) -> None:
+    """ptxas prints no 'bytes smem' for a kernel without static shared memory, so a profile that omits
+    static_shared_bytes means 0 — and the finding says it was assumed, not declared."""
+    from canary.admission import hard_fit
+
+    doc = yaml.safe_load((EXAMPLES / "profiles" / "embedding-service.yaml").read_text())
+    for k in doc["kernels"]:
+        k.pop("static_shared_bytes", None)
+    path = tmp_path / "noshm.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    snap = str(EXAMPLES / "snapshots" / "a-persistent-35pct.yaml")
+    shm = next(f for f in hard_fit(load_request(snap, str(path))).findings if f.resource == "shared_memory")
+    assert "static smem not given, 0 assumed as ptxas omits zero" in shm.source
+    declared = hard_fit(load_request(snap, str(EXAMPLES / "profiles" / "embedding-service.yaml")))
+    assert all("not given" not in f.source for f in declared.findings)
