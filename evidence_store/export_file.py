@@ -1,9 +1,18 @@
 """The evidence export file: its format, its signature, and writing and reading it.
 
-Format (JSON lines): the first line is ``{"format": "canary-evidence", "version": 2}``; every following
+Format (JSON lines): the first line is ``{"format": "canary-evidence", "version": 3}``; every following
 line is one stored record (``EvidenceOut``: the observation, its id, key digest and status), slowdowns
-in percent (``resident_slowdown_pct``: 5.0 is 5% slower). Version-1 files (slowdowns as fractions,
-without the ``_pct`` suffix) are still read: ``schemas.record_from_v1`` converts them.
+in percent (``resident_slowdown_pct``: 5.0 is 5% slower). A key written twice in one mapping (a line, or
+the header) is refused, never "last one wins".
+
+Versions (``EXPORT_VERSION`` is written; ``READ_VERSIONS`` are read):
+
+* 3 — every record carries ``status_changed_at`` (``null`` when unknown or current). A reader that
+  refuses unknown fields would refuse each line of such a file for that field; the new version makes
+  an older canary say "version 3" is not one it reads instead.
+* 2 — records without ``status_changed_at``; files written while it was optional in version 2 carry it,
+  and are read as they are.
+* 1 — slowdowns as fractions, without the ``_pct`` suffix: ``schemas.record_from_v1`` converts them.
 
 A file signed with the fleet key (``read_fleet_key``: ``--key FILE`` or ``$CANARY_FLEET_KEY_FILE``)
 names the key in its header (``key_id``) and ends with ``{"hmac_sha256": "<hex>"}``, the HMAC of every
@@ -20,13 +29,60 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from canary._model import check_limits
 from canary.errors import CanaryError, InputError
-from evidence_store.schemas import EXPORT_FORMAT, EXPORT_VERSION, EvidenceOut, ExportHeader, record_from_v1
+from evidence_store.import_check import check_json_numbers
+from evidence_store.schemas import EXPORT_FORMAT, EvidenceOut, record_from_v1
+
+#: The version written. See the module docstring for what each version holds.
+EXPORT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
+
+
+class ExportHeader(BaseModel):
+    """The first line of an export file. ``key_id`` (the first 16 hex digits of the sha256 of the fleet
+    key) is present when the file is signed; its last line is then ``{"hmac_sha256": "<hex>"}``, the
+    HMAC of every byte before that line under the key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    format: Literal["canary-evidence"]
+    version: Literal[1, 2, 3]
+    key_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: a mapping, unless a key is written twice in it."""
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out:
+            raise _RepeatedKey(name)
+        out[name] = value
+    return out
+
+
+def _loads(text: str) -> Any:
+    """One line of JSON; ``_RepeatedKey`` when a mapping in it names a key twice."""
+    return json.loads(text, object_pairs_hook=_refuse_repeats)
+
+
+def _repeated(err: _RepeatedKey, number: int, name: str) -> InputError:
+    return InputError(
+        f"line {number}: key {err.name[:60]!r} is written twice in one mapping (which one counts is not "
+        "canary's guess to make)",
+        file=name,
+        field=err.name[:60],
+    )
 
 
 def header_line(key: bytes | None = None) -> str:
@@ -194,7 +250,9 @@ def read_export(path: Path, *, key: bytes | None = None) -> list[tuple[int, Evid
     if not lines:
         raise InputError("line 1: empty file; expected the header " + header_line(), file=name)
     try:
-        header_data = json.loads(lines[0])
+        header_data = _loads(lines[0])
+    except _RepeatedKey as err:
+        raise _repeated(err, 1, name) from None
     except json.JSONDecodeError as err:
         raise InputError(f"line 1: header is not JSON ({err.msg})", file=name) from err
     except (RecursionError, ValueError) as err:
@@ -204,7 +262,8 @@ def read_export(path: Path, *, key: bytes | None = None) -> list[tuple[int, Evid
     except ValidationError as err:
         loc, msg = _validation_field(err)
         raise InputError(
-            f"line 1: not a canary evidence export of version {EXPORT_VERSION} ({msg}; expected {header_line()})",
+            f"line 1: not a canary evidence export this canary reads (versions "
+            f"{', '.join(map(str, READ_VERSIONS))}; {msg}; expected e.g. {header_line()})",
             file=name,
             field=loc,
         ) from err
@@ -226,7 +285,9 @@ def read_export(path: Path, *, key: bytes | None = None) -> list[tuple[int, Evid
         if not line.strip():
             raise InputError(f"line {number}: blank line inside the file", file=name)
         try:
-            data = json.loads(line)
+            data = _loads(line)
+        except _RepeatedKey as err:
+            raise _repeated(err, number, name) from None
         except json.JSONDecodeError as err:
             raise InputError(f"line {number}: not JSON ({err.msg} at column {err.colno})", file=name) from err
         except (RecursionError, ValueError) as err:  # nesting or a number too long to convert
@@ -234,6 +295,7 @@ def read_export(path: Path, *, key: bytes | None = None) -> list[tuple[int, Evid
         check_limits(data, file=f"{name}: line {number}")
         if header.version == 1:
             data = record_from_v1(data)
+        check_json_numbers(data, line=number, file=name)
         try:
             records.append((number, EvidenceOut.model_validate(data)))
         except ValidationError as err:
@@ -261,7 +323,7 @@ def _verified(lines: list[str], header: ExportHeader, key: bytes | None, name: s
         return lines
     last = lines[-1] if len(lines) > 1 else ""
     try:
-        trailer = json.loads(last)
+        trailer = _loads(last)
     except ValueError:
         trailer = None
     if not (isinstance(trailer, dict) and set(trailer) == {"hmac_sha256"} and isinstance(trailer["hmac_sha256"], str)):

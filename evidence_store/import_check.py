@@ -5,6 +5,12 @@ decision only through records that are consistent with themselves and with this 
 Each record is refused (``InputError`` naming the file, the line and the field) when:
 
 * its ``id`` is not a UUID, or its ``probe_id`` holds characters outside ``[A-Za-z0-9._:@/+-]``;
+* its key's ``device_type`` is not a device of this canary's catalog, by the catalog's own name (the name
+  every local key carries), or its ``regime`` is not one ``parse_regime`` reads, in its canonical
+  spelling (``mps:50``, not ``MPS:50``), with a MIG profile the device has;
+* a reason does not belong to its status: a ``current`` record with a ``revoked_reason`` or
+  ``stale_reason``, a ``stale`` one with a ``revoked_reason`` (a revoked record may keep the
+  ``stale_reason`` it had before it was revoked);
 * its ``key_digest`` is not the digest of its key;
 * a count or duration is beyond any real probe (``samples``/``exposure_used`` over 10**9,
   ``time_used_s`` over a day), or a slowdown is outside -100% … +10000%;
@@ -16,6 +22,11 @@ Each record is refused (``InputError`` naming the file, the line and the field) 
 * it lives longer than the policy's ``evidence_ttl_s`` (``expires_at - created_at``), or was created
   more than five minutes in the future.
 
+Before a line becomes a record (``check_json_numbers``), every number field must hold a JSON number
+(an integer where the field counts): ``"0.9"`` (a string) and ``true`` (a boolean) are refused, not
+converted. Duplicate keys in one mapping are refused where the line is parsed
+(``evidence_store.export_file``).
+
 The file as a whole (``check_repeats``) is refused when a line repeats an earlier one (the same record
 twice), when one probe id has two different records, or when one record id is given to two probes;
 each such conflict is reported with both line numbers.
@@ -23,12 +34,19 @@ each such conflict is reported with both line numbers.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from types import NoneType, UnionType
+from typing import Any, Union, get_args, get_origin
 
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from canary.catalog import lookup
 from canary.errors import InputError
+from canary.regime import parse_regime
 from evidence_store.schemas import EvidenceOut
 
 MAX_COUNT = 10**9
@@ -37,6 +55,71 @@ MAX_SLOWDOWN_PCT = 10000.0
 MIN_SLOWDOWN_PCT = -100.0
 CLOCK_SKEW = timedelta(minutes=5)
 _PROBE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}")
+
+
+def _is_number_type(annotation: Any) -> bool:
+    if get_origin(annotation) in (Union, UnionType):
+        args = tuple(a for a in get_args(annotation) if a is not NoneType)
+        return len(args) == 1 and _is_number_type(args[0])
+    return annotation in (int, float)
+
+
+#: The record's number fields, each validated strictly: a JSON number (an integer where the field is
+#: one); never a string or a boolean read as one. Derived from the record model, so a new number field
+#: is covered without a list to update.
+_NUMBER_FIELDS: dict[str, tuple[TypeAdapter[Any], bool]] = {
+    name: (TypeAdapter(info.annotation, config=ConfigDict(strict=True)), int in (info.annotation, *get_args(info.annotation)))
+    for name, info in EvidenceOut.model_fields.items()
+    if info.annotation is not None and _is_number_type(info.annotation)
+}
+
+
+def check_json_numbers(data: object, *, line: int, file: str) -> None:
+    """Raise ``InputError`` naming the field when a number field of the parsed line ``data`` holds
+    something else than a JSON number (``"0.9"``, ``true``) or a fraction where a count is due."""
+    if not isinstance(data, dict):
+        return  # not a record at all: the model's validation says so
+    for name, (adapter, whole) in _NUMBER_FIELDS.items():
+        if name not in data:
+            continue
+        value = data[name]
+        try:
+            adapter.validate_python(value)
+        except ValidationError:
+            shown = json.dumps(value)[:60] if isinstance(value, str | bool | int | float) else type(value).__name__
+            if isinstance(value, bool):
+                kind = "a boolean"
+            elif isinstance(value, str):
+                kind = "a string"
+            elif isinstance(value, float):
+                kind = "a fraction"
+            else:
+                kind = f"a JSON {type(value).__name__}"
+            wanted = "a whole JSON number" if whole else "a JSON number"
+            raise InputError(f"line {line}: {shown} is {kind}; expected {wanted}", file=file, field=name) from None
+
+
+def _key_problem(rec: EvidenceOut) -> tuple[str, str] | None:
+    """The key's field and what is wrong with its device type or regime, or ``None``."""
+    key = rec.key
+    try:
+        spec = lookup(key.device_type)
+    except InputError as err:
+        return "key.device_type", f"{key.device_type[:60]!r} is not a device of this catalog ({err.problem[:300]})"
+    if spec.name != key.device_type:
+        return "key.device_type", f"{key.device_type!r} is not the catalog's name for {spec.name}: a key names {spec.name}"
+    try:
+        regime = parse_regime(key.regime, field="key.regime")
+    except InputError as err:
+        return "key.regime", err.problem[:300]
+    if str(regime) != key.regime:
+        return "key.regime", f"{key.regime!r} is not written as a key writes it ({str(regime)!r})"
+    if regime.mig_profile is not None:
+        try:
+            spec.mig_profile(regime.mig_profile)
+        except InputError as err:
+            return "key.regime", err.problem[:300]
+    return None
 
 
 def check_record(
@@ -61,8 +144,15 @@ def check_record(
         raise bad("id", f"{rec.id[:60]!r} is not a UUID in canonical form") from None
     if not _PROBE_ID.fullmatch(rec.probe_id):
         raise bad("probe_id", f"{rec.probe_id[:60]!r} is not a probe id (letters, digits and ._:@/+- only)")
+    key_problem = _key_problem(rec)
+    if key_problem is not None:
+        raise bad(*key_problem)
     if rec.key_digest != rec.key.digest():
         raise bad("key_digest", "is not the digest of the record's key (edited key?)")
+    if rec.revoked_reason is not None and rec.status != "revoked":
+        raise bad("revoked_reason", f"a {rec.status} record has no revocation reason (status is {rec.status!r})")
+    if rec.stale_reason is not None and rec.status == "current":
+        raise bad("stale_reason", "a current record has no staleness reason (status is 'current')")
     for name in ("samples", "exposure_used"):
         value = getattr(rec, name)
         if value > MAX_COUNT:

@@ -155,7 +155,7 @@ def test_export_import_round_trip_and_conflicts(cli: Run, sqlite_url: str, tmp_p
     code, out, _ = cli("--db", sqlite_url, "evidence", "export", str(dump))
     assert code == 0 and "exported 3" in out
     lines = dump.read_text().splitlines()
-    assert json.loads(lines[0]) == {"format": "canary-evidence", "version": 2}
+    assert json.loads(lines[0]) == {"format": "canary-evidence", "version": 3}
 
     target = f"sqlite:///{tmp_path / 'target.sqlite3'}"
     upgrade(target)
@@ -201,7 +201,7 @@ BAD_FILES: list[tuple[str, str, list[str]]] = [
     ("empty", "", ["line 1", "empty file"]),
     ("header not JSON", "canary evidence\n", ["line 1", "header is not JSON"]),
     ("wrong format", '{"format":"other","version":1}\n', ["line 1", "field 'format'"]),
-    ("wrong version", '{"format":"canary-evidence","version":3}\n', ["line 1", "field 'version'"]),
+    ("wrong version", '{"format":"canary-evidence","version":4}\n', ["line 1", "field 'version'"]),
     ("record not JSON", GOOD_HEADER + "\n" + _record_line() + "\n{oops\n", ["line 3", "not JSON"]),
     ("bad outcome", GOOD_HEADER + "\n" + _record_line(outcome="maybe") + "\n", ["line 2", "field 'outcome'"]),
     (
