@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from canary.errors import InputError
@@ -149,10 +151,16 @@ def run_agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open(args: argparse.Namespace) -> Any:
-    from canary.admission import open_store_for_writing
+@contextmanager
+def _existing_store(args: argparse.Namespace) -> Iterator[Any]:
+    """The store the agents publish into, which must exist: ``list``, ``drift`` and ``drain`` read or
+    change what agents wrote there, so a SQLite path with no file is exit 4 ``no store at PATH`` and
+    nothing is created (a mistyped path must not become a new, empty store). Only ``agent run``
+    creates a store (``open_store_for_writing``)."""
+    from evidence_store.cli_support import store
 
-    return open_store_for_writing(args.db)
+    with store(args.db) as engine:
+        yield engine
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -162,7 +170,7 @@ def run_list(args: argparse.Namespace) -> int:
     from evidence_store.database import session_scope
 
     now = utcnow()
-    with session_scope(_open(args), read_only=True) as session:
+    with _existing_store(args) as engine, session_scope(engine, read_only=True) as session:
         rows = published.list_published(session, node=args.node)
     if args.json:
         sys.stdout.write(json.dumps([{"ref": r.ref, "device_id": r.device_id, "node": r.node, "agent": r.agent,
@@ -183,7 +191,7 @@ def run_drain(args: argparse.Namespace) -> int:
     from evidence_store import published
     from evidence_store.database import session_scope
 
-    with session_scope(_open(args)) as session:
+    with _existing_store(args) as engine, session_scope(engine) as session:
         n = published.set_draining(session, node=args.drain_node, draining=not args.undo)
     if n == 0:
         raise InputError(f"no agent publishes devices of node {args.drain_node!r}", field="NODE")
@@ -200,7 +208,7 @@ def run_drift(args: argparse.Namespace) -> int:
     from evidence_store import drift as store_drift
     from evidence_store.database import session_scope
 
-    with session_scope(_open(args), read_only=True) as session:
+    with _existing_store(args) as engine, session_scope(engine, read_only=True) as session:
         if args.id is None:
             # probes: the pairs the event listed for re-probing; probed: how many of them were probed
             # (a pair that did not fit or was fresh was not)

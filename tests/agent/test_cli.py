@@ -46,9 +46,32 @@ def test_snapshot_file_with_bad_field(tmp_path: Path) -> None:
 
 
 def test_drift_unknown_event(tmp_path: Path) -> None:
-    out = subprocess.run([*canary_cmd(), "--db", f"sqlite:///{tmp_path / 's.sqlite3'}", "drift", "nope"],
+    from evidence_store.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 's.sqlite3'}"
+    upgrade(url)
+    out = subprocess.run([*canary_cmd(), "--db", url, "drift", "nope"],
                          capture_output=True, text=True, timeout=60, env=cli_env(tmp_path))
     assert out.returncode == 2 and "no drift event 'nope'" in out.stderr
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(["agent", "list"], id="agent-list"),
+    pytest.param(["agent", "list", "--json"], id="agent-list-json"),
+    pytest.param(["drift"], id="drift"),
+    pytest.param(["drift", "nope"], id="drift-id"),
+    pytest.param(["agent", "drain", "gpu-node-a"], id="agent-drain"),
+])
+def test_agent_commands_on_a_mistyped_store_path_create_nothing(
+        tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only ``agent run`` creates a store: the commands that read (or drain) what agents published say
+    that no store is at the path (exit 4, as every ``canary evidence`` command does) and leave no file."""
+    db = tmp_path / "typo.sqlite3"
+    out = run_in_process(["--db", f"sqlite:///{db}", *args], capsys=capsys, monkeypatch=monkeypatch,
+                         env=cli_env(tmp_path), cwd=tmp_path)
+    assert out.returncode == 4, out.stderr
+    assert f"no store at {db}" in out.stderr and "Traceback" not in out.stderr
+    assert not db.exists()
 
 
 def test_snapshot_file_of_a_device_the_catalog_lacks(tmp_path: Path) -> None:
