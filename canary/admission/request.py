@@ -139,19 +139,21 @@ nightly warm job's window); the probe runner passes it to ``admit_async(evidence
 
 
 def _fresh_until(value: object) -> dt.datetime | None:
-    """The one parser of ``FRESH_UNTIL_FIELD``: an ISO time with its time zone, or ``None``."""
+    """The one parser of ``FRESH_UNTIL_FIELD``: an ISO time with its time zone (or a date with a zone,
+    midnight there), read as ``canary evidence expire --before`` reads one (``parse_time``), or ``None``.
+    ``ValueError`` says what is wrong (a time or date without a zone, or no time at all)."""
     if value is None:
         return None
     if isinstance(value, dt.datetime):
-        when = value
-    else:
-        try:
-            when = dt.datetime.fromisoformat(str(value))
-        except ValueError:
-            raise ValueError(f"{value!r} is not an ISO time") from None
-    if when.tzinfo is None:
-        raise ValueError(f"{str(value)!r} has no time zone")
-    return when
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{value.isoformat()!r} has no time zone")
+        return value
+    from evidence_store.cli_support import parse_time  # the one reader of a time an operator writes
+
+    try:
+        return parse_time(str(value), field=FRESH_UNTIL_FIELD)
+    except InputError as exc:
+        raise ValueError(exc.problem) from None
 
 
 def fresh_until_from_json(data: Mapping[str, object], *, what: str = "queued") -> dt.datetime | None:

@@ -284,8 +284,10 @@ def test_needs_probe_as_of_fresh_until(tmp_path: Path, expires_in_h: float, fres
 
 
 @pytest.mark.parametrize(("value", "problem"), [
-    pytest.param("tomorrow", "is not an ISO time", id="not-a-time"),
-    pytest.param("2026-12-02T03:00:00", "has no time zone", id="naive"),
+    # parse_time's words, as `canary evidence expire --before` says them
+    pytest.param("tomorrow", r"not an ISO-8601 time with a zone: 'tomorrow' \(e\.g\. ", id="not-a-time"),
+    pytest.param("2026-12-02T03:00:00", r"'2026-12-02T03:00:00' has no time zone; add one, e\.g\. 2026-12-02T03:00:00Z",
+                 id="naive"),
 ])
 def test_a_bad_fresh_until_in_a_queued_request_is_named(value: str, problem: str) -> None:
     from canary.admission import FRESH_UNTIL_FIELD, fresh_until_from_json
@@ -294,8 +296,8 @@ def test_a_bad_fresh_until_in_a_queued_request_is_named(value: str, problem: str
 
     stored = _resolved("p1").queued.stored()
     assert QueuedRequest.read(stored).evidence_fresh_until is None
-    with pytest.raises(InputError, match=f"^queued request: field '{FRESH_UNTIL_FIELD}': '{value}' {problem}$"):
+    with pytest.raises(InputError, match=f"^queued request: field '{FRESH_UNTIL_FIELD}': {problem}"):
         QueuedRequest.read({**stored, FRESH_UNTIL_FIELD: value})
-    with pytest.raises(InputError, match=f"queued request: field '{FRESH_UNTIL_FIELD}': '{value}' {problem}"):
+    with pytest.raises(InputError, match=f"queued request: field '{FRESH_UNTIL_FIELD}': {problem}"):
         fresh_until_from_json({FRESH_UNTIL_FIELD: value})
     assert fresh_until_from_json({}) is None
