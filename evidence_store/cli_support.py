@@ -613,3 +613,19 @@ def write_json(value: Any, out: IO[str] | None = None) -> None:
     json.dump(value, stream, indent=2, sort_keys=True)
     stream.write("\n")
 
+
+def device_type_filter(session: Any, value: str, *, option: str, column: Any) -> str:
+    """The device type a filter option names, resolved as DEVICE is for ``canary fit``: a catalog name
+    or alias (``h100`` is ``h100-sxm``, the name records are stored under). A name the catalog lacks is
+    kept only when ``column`` holds it (a live device of a model the catalog lacks); otherwise it is an
+    ``UnknownDevice`` (exit 2) naming ``option`` and the closest catalog names, not an empty answer."""
+    from sqlalchemy import select
+
+    from canary.catalog import UnknownDevice, lookup
+
+    try:
+        return lookup(value).name
+    except UnknownDevice as exc:
+        if session.scalar(select(column).where(column == value).limit(1)) is not None:
+            return value
+        raise UnknownDevice(exc.problem, field=option) from None

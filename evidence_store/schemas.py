@@ -40,8 +40,7 @@ OUTCOMES: tuple[Outcome, ...] = ("safe", "unsafe", "inconclusive", "aborted")
 STATUSES: tuple[Status, ...] = ("current", "stale", "revoked")
 PROBE_STATES: tuple[ProbeState, ...] = ("running", "decided", "aborted", "rolled_back", "recorded", "failed")
 
-EXPORT_FORMAT = "canary-evidence"
-EXPORT_VERSION = 2
+EXPORT_FORMAT = "canary-evidence"  # its versions and header: evidence_store.export_file
 # Version 1 files kept slowdowns as fractions under these names; version 2 keeps percent under ``*_pct``.
 V1_FRACTION_FIELDS = ("resident_slowdown", "resident_slowdown_low", "resident_slowdown_high", "candidate_slowdown")
 
@@ -259,11 +258,3 @@ class ReservationOut(_Frozen):
         return self.released_at is None and self.expires_at > to_utc(now)
 
 
-class ExportHeader(_Frozen):
-    """The first line of an export file. ``key_id`` (the first 16 hex digits of the sha256 of the fleet
-    key) is present when the file is signed; its last line is then ``{"hmac_sha256": "<hex>"}``, the
-    HMAC of every byte before that line under the key."""
-
-    format: Literal["canary-evidence"]
-    version: Literal[1, 2]
-    key_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")

@@ -107,6 +107,7 @@ def run_list(args: argparse.Namespace) -> int:
     from evidence_store.cli_support import (
         EVIDENCE_FIT,
         check_pair_filter,
+        device_type_filter,
         evidence_rows,
         fit_table,
         list_evidence_for_pairs,
@@ -176,23 +177,6 @@ def run_list(args: argparse.Namespace) -> int:
         what = "match these filters" if filtered else "in the store"
         sys.stdout.write(f"(first {len(records)} shown; {matching} records {what}; --limit 0 shows all)\n")
     return EXIT_ADMIT
-
-
-def device_type_filter(session: Any, value: str, *, option: str, column: Any) -> str:
-    """The device type a filter option names, resolved as DEVICE is for ``canary fit``: a catalog name
-    or alias (``h100`` is ``h100-sxm``, the name records are stored under). A name the catalog lacks is
-    kept only when ``column`` holds it (a live device of a model the catalog lacks); otherwise it is an
-    ``UnknownDevice`` (exit 2) naming ``option`` and the closest catalog names, not an empty answer."""
-    from sqlalchemy import select
-
-    from canary.catalog import UnknownDevice, lookup
-
-    try:
-        return lookup(value).name
-    except UnknownDevice as exc:
-        if session.scalar(select(column).where(column == value).limit(1)) is not None:
-            return value
-        raise UnknownDevice(exc.problem, field=option) from None
 
 
 def _swapped_matches(pair: str, names: Any) -> list[tuple[str, str]]:

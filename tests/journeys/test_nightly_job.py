@@ -95,7 +95,7 @@ def test_nightly_job(pg_url: str, tmp_path: Path, steps: Steps) -> None:
         dump = tmp_path / "evidence.jsonl"
         cli.run("evidence", "export", dump, want=0)
         lines = dump.read_text().splitlines()
-        assert json.loads(lines[0]) == {"format": "canary-evidence", "version": 2}
+        assert json.loads(lines[0]) == {"format": "canary-evidence", "version": 3}
         exported = {json.loads(line)["id"] for line in lines[1:]}
         assert exported == {r["id"] for r in cli.evidence()}
     steps.verify()

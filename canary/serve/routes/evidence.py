@@ -82,7 +82,7 @@ async def list_evidence(
             raise HttpProblem(422, f"field 'query.pair': {exc.problem}") from None
 
     def work(s: Session) -> Any:
-        from canary.commands.evidence import device_type_filter
+        from evidence_store.cli_support import device_type_filter
         from evidence_store.models import Evidence
 
         kind = device_type
