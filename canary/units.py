@@ -17,9 +17,12 @@ and units above MiB are refused (no on-chip memory is that large; such a unit is
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
+
+from canary.errors import InputError
 
 # The largest size any field may hold: 64 TiB is far beyond any device, so a bigger number is a typo.
 MAX_BYTES = 64 * 1024**4
@@ -110,3 +113,26 @@ def format_bytes(value: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+_DATE_WITH_ZONE = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})(?P<zone>Z|[+-]\d{2}:\d{2})", re.IGNORECASE)
+
+
+def parse_time(text: str, *, field: str) -> datetime:
+    """An ISO-8601 time with a zone (``2026-11-30T06:00:00Z``), or a date with a zone meaning midnight
+    there (``2026-11-30Z`` is ``2026-11-30T00:00:00Z``), in UTC; a time or date without a zone is refused
+    with an example of one this accepts."""
+    text = text.strip()
+    dated = _DATE_WITH_ZONE.fullmatch(text)
+    candidate = f"{dated['date']}T00:00:00{dated['zone']}" if dated else text
+    try:
+        value = datetime.fromisoformat(candidate.replace("z", "Z"))
+    except ValueError as err:
+        raise InputError(
+            f"not an ISO-8601 time with a zone: {text!r} (e.g. 2026-11-30T06:00:00Z, or 2026-11-30Z for "
+            "midnight UTC)",
+            field=field,
+        ) from err
+    if value.tzinfo is None:
+        raise InputError(f"{text!r} has no time zone; add one, e.g. {text}Z (UTC)", field=field)
+    return value.astimezone(UTC)

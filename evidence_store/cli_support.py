@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from canary.errors import InputError
 from canary.tables import table
+from canary.units import parse_time as parse_time  # the store CLI's reader of times, defined with the units
 from evidence_store.errors import NoSuchId
 from evidence_store.migrate import open_store
 from evidence_store.models import Evidence, Reservation
@@ -48,7 +49,6 @@ def store(url: str | None) -> Iterator[Engine]:
 
 #: A date with a zone and no time of day (``2026-12-03Z``, ``2026-12-03+02:00``): midnight in that zone.
 #: ``datetime.fromisoformat`` refuses the first and reads the second as 02:00 with no zone.
-_DATE_WITH_ZONE = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})(?P<zone>Z|[+-]\d{2}:\d{2})", re.IGNORECASE)
 
 
 def require_existing_store(url: str | None) -> None:
@@ -65,26 +65,6 @@ def require_existing_store(url: str | None) -> None:
             f"no store at {path} (nothing created; check the path): canary db upgrade, with the same "
             "--db or CANARY_DB_URL, creates one there"
         )
-
-
-def parse_time(text: str, *, field: str) -> datetime:
-    """An ISO-8601 time with a zone (``2026-11-30T06:00:00Z``), or a date with a zone meaning midnight
-    there (``2026-11-30Z`` is ``2026-11-30T00:00:00Z``), in UTC; a time or date without a zone is refused
-    with an example of one this accepts."""
-    text = text.strip()
-    dated = _DATE_WITH_ZONE.fullmatch(text)
-    candidate = f"{dated['date']}T00:00:00{dated['zone']}" if dated else text
-    try:
-        value = datetime.fromisoformat(candidate.replace("z", "Z"))
-    except ValueError as err:
-        raise InputError(
-            f"not an ISO-8601 time with a zone: {text!r} (e.g. 2026-11-30T06:00:00Z, or 2026-11-30Z for "
-            "midnight UTC)",
-            field=field,
-        ) from err
-    if value.tzinfo is None:
-        raise InputError(f"{text!r} has no time zone; add one, e.g. {text}Z (UTC)", field=field)
-    return value.astimezone(UTC)
 
 
 def resolve_evidence_id(session: Session, given: str) -> str:

@@ -148,7 +148,7 @@ def _fresh_until(value: object) -> dt.datetime | None:
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(f"{value.isoformat()!r} has no time zone")
         return value
-    from evidence_store.cli_support import parse_time  # the one reader of a time an operator writes
+    from canary.units import parse_time  # the one reader of a time an operator writes
 
     try:
         return parse_time(str(value), field=FRESH_UNTIL_FIELD)
