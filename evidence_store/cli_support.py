@@ -609,3 +609,30 @@ def device_type_filter(session: Any, value: str, *, option: str, column: Any) ->
         if session.scalar(select(column).where(column == value).limit(1)) is not None:
             return value
         raise UnknownDevice(exc.problem, field=option) from None
+
+
+def registry_named_pairs(s: Session, pair: str, names: dict[tuple[str, str], tuple[str | None, str | None]]
+                         ) -> set[tuple[str, str]]:
+    """The pairs ``pair`` names when a side is given by its profile registry name (``nccl-comms``), where
+    the store names that workload by what the certificates call it (the snapshot's process, ``comms``):
+    a version is also known by every registry profile name it is stored under."""
+    from evidence_store.service.models import RegistryEntry
+
+    registered: dict[str, set[str]] = {}
+    for name, version in s.execute(select(RegistryEntry.name, RegistryEntry.version)
+                                   .where(RegistryEntry.kind == "profile")):
+        registered.setdefault(version, set()).add(name)
+    found: set[tuple[str, str]] = set()
+    for (resident_v, candidate_v), (resident, candidate) in names.items():
+        residents = registered.get(resident_v, set()) | {resident}
+        candidates = registered.get(candidate_v, set()) | {candidate}
+        if any(pairs_matching(pair, {(resident_v, candidate_v): (r, c)}) for r in residents for c in candidates):
+            found.add((resident_v, candidate_v))
+    return found
+
+
+def pairs_named(s: Session, pair: str, names: PairNames) -> list[tuple[str, str]]:
+    """The pairs ``pair`` (``RESIDENT:CANDIDATE``) names, as ``canary evidence list --pair`` and
+    ``GET /v1/evidence?pair=`` read it: by the names the certificates give (``pairs_matching``) and by
+    profile registry names (``registry_named_pairs``)."""
+    return sorted(set(pairs_matching(pair, names)) | registry_named_pairs(s, pair, names))

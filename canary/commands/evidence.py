@@ -112,7 +112,7 @@ def run_list(args: argparse.Namespace) -> int:
         fit_table,
         list_evidence_for_pairs,
         pair_names,
-        pairs_matching,
+        pairs_named,
         pairs_query,
         store,
         terminal_columns,
@@ -142,7 +142,7 @@ def run_list(args: argparse.Namespace) -> int:
             names = pair_names(session)
             records = list_evidence_for_pairs(
                 session,
-                pairs_matching(args.pair, names),
+                pairs_named(session, args.pair, names),
                 device_type=args.device_type,
                 status=args.status,
                 limit=args.limit or None,
@@ -152,7 +152,7 @@ def run_list(args: argparse.Namespace) -> int:
         matching = len(records)
         if args.limit and matching == args.limit and not args.json:
             # The limit cut the listing: how many records the same filters match in all.
-            query = None if args.pair is None else pairs_query(pairs_matching(args.pair, names))
+            query = None if args.pair is None else pairs_query(pairs_named(session, args.pair, names))
             matching = count_records(session, query, device_type=args.device_type, status=args.status)
     if args.json:
         out = []

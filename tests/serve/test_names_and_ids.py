@@ -29,7 +29,7 @@ def _probe_to_end(c: httpx.Client, r: httpx.Response) -> dict[str, Any]:
     raise AssertionError("the probe never finished")
 
 
-def test_pair_sides_by_profile_registry_name(api: Api) -> None:
+def test_pair_sides_by_profile_registry_name(api: Api, tmp_path: Path) -> None:
     # g-nccl-mps-room's resident is the process 'comms', running the registry's profile nccl-comms
     candidate = profile_doc(version=f"1.8.0-names-{uuid.uuid4().hex[:8]}")
     with api.client("admin") as c:
@@ -43,6 +43,12 @@ def test_pair_sides_by_profile_registry_name(api: Api) -> None:
             listed = c.get("/v1/evidence", params={"pair": pair})
             assert listed.status_code == 200, listed.text
             assert evidence_id in [e["id"] for e in listed.json()], pair
+    # The CLI reads --pair as the service reads ?pair=: by registry name too, on the same store.
+    for pair in ("nccl-comms:embedding-service", "comms:embedding-service"):
+        done = subprocess.run([*canary_cmd(), "--db", api.db_url, "evidence", "list", "--pair", pair, "--json"],
+                              capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert evidence_id[:8] in done.stdout, (pair, done.stdout[-500:])
 
 
 def test_device_type_is_an_alias_or_a_422(api: Api) -> None:

@@ -6,7 +6,6 @@ from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from canary.admission import utcnow
@@ -20,27 +19,6 @@ router = APIRouter(tags=["evidence"])
 
 PAIR_DOC = ("RESIDENT:CANDIDATE, as `canary evidence list --pair`: each side a workload name (llm-decode), "
             "name@version, or a version (full or as tables show it); e.g. resnet50-training:llm-decode")
-
-
-def registry_named_pairs(s: Session, pair: str, names: dict[tuple[str, str], tuple[str | None, str | None]]
-                         ) -> set[tuple[str, str]]:
-    """The pairs ``pair`` names when a side is given by its profile registry name (``nccl-comms``), where
-    the store names that workload by what the certificates call it (the snapshot's process, ``comms``):
-    a version is also known by every registry profile name it is stored under."""
-    from evidence_store.cli_support import pairs_matching
-    from evidence_store.service.models import RegistryEntry
-
-    registered: dict[str, set[str]] = {}
-    for name, version in s.execute(select(RegistryEntry.name, RegistryEntry.version)
-                                   .where(RegistryEntry.kind == "profile")):
-        registered.setdefault(version, set()).add(name)
-    found: set[tuple[str, str]] = set()
-    for (resident_v, candidate_v), (resident, candidate) in names.items():
-        residents = registered.get(resident_v, set()) | {resident}
-        candidates = registered.get(candidate_v, set()) | {candidate}
-        if any(pairs_matching(pair, {(resident_v, candidate_v): (r, c)}) for r in residents for c in candidates):
-            found.add((resident_v, candidate_v))
-    return found
 
 
 def _evidence_id(s: Session, given: str) -> str | None:
@@ -71,7 +49,7 @@ async def list_evidence(
         check_pair_filter,
         list_evidence_for_pairs,
         pair_names,
-        pairs_matching,
+        pairs_named,
     )
     from evidence_store.evidence import list_evidence as repo_list
 
@@ -94,8 +72,7 @@ async def list_evidence(
         if pair is None:
             return repo_list(s, device_type=kind, status=status, limit=limit)  # type: ignore[arg-type]
         names = pair_names(s)
-        found = set(pairs_matching(pair, names)) | registry_named_pairs(s, pair, names)
-        return list_evidence_for_pairs(s, sorted(found), device_type=kind, status=status, limit=limit)
+        return list_evidence_for_pairs(s, pairs_named(s, pair, names), device_type=kind, status=status, limit=limit)
 
     rows = await anyio.to_thread.run_sync(lambda: svc.db("evidence_list", work, read_only=True))
     return [r.model_dump(mode="json") for r in rows]
