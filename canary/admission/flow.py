@@ -36,12 +36,13 @@ from canary.admission.store import (
     refit_mig,
 )
 from canary.certificate import Certificate, HardFit, PredictionRef, PriorRef
-from canary.errors import InputError
+from canary.errors import InputError, ProbeError
 from canary.profile import WorkloadProfile
 from canary.snapshot import Resident
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+    from sqlalchemy.orm import Session
 
     from canary._model import PairKey
     from canary.estimate import Assessment, Estimator
@@ -56,6 +57,20 @@ ProgressFn = Callable[["ProbeProgress"], None] | None
 AnnounceFn = Callable[[str], object]
 #: Wraps each probe's monitor (e.g. the service pacing simulated windows in wall time).
 MonitorWrapper = Callable[["Monitor"], "Monitor"]
+#: Asked first in the transaction that would record an admission's writes (the probe runner: is the
+#: probe's queue row still not cancelled? — read under the row's lock); ``False``: nothing is written and
+#: ``RecordingCancelled`` is raised.
+BeforeRecord = Callable[["Session"], bool]
+#: Called last in that transaction with the certificate (the probe runner closes the probe's queue row
+#: ``done`` in it, so the evidence and the probe's end commit together).
+AfterRecord = Callable[["Session", Certificate], None]
+
+
+class RecordingCancelled(ProbeError):
+    """``before_record`` said no: the admission's probes ran (and were rolled back) but nothing of them —
+    evidence, booking, certificate — was written."""
+
+
 #: Stage 1 of a request given the memory others booked and where that number came from: ``hard_fit``,
 #: or a ``Stage1Memo`` in front of it.
 Stage1 = Callable[..., HardFit]
@@ -136,6 +151,8 @@ async def admit_async(
     evidence_as_of: dt.datetime | None = None,
     stage1: Stage1 = hard_fit,
     log_history: bool = False,
+    before_record: BeforeRecord | None = None,
+    after_record: AfterRecord | None = None,
 ) -> Certificate:
     """Both stages: stage 1, evidence, a bounded probe for each pair without evidence, then evidence,
     reservation and certificate committed together (or nothing). ``now`` is a clock function.
@@ -147,7 +164,9 @@ async def admit_async(
     after now): evidence that expires before it counts as missing, so its pair is probed (the nightly
     warm job's "fresh until"); default: as of now. ``stage1``: ``hard_fit``, or a ``Stage1Memo``.
     ``log_history``: also record the admission in the admission history (``canary admit``; the service
-    logs its own in batches), in the same transaction as its other writes."""
+    logs its own in batches), in the same transaction as its other writes. ``before_record`` /
+    ``after_record``: asked first / told last in that transaction (``record_admission``); the probe
+    runner uses them so that a cancelled probe records nothing."""
     clock = now or utcnow
     if probe:  # where a probe may connect and what it may run: checked before the store is touched
         from canary.probe.factory import check_request
@@ -172,7 +191,8 @@ async def admit_async(
             hard = hard.model_copy(update={"caveats": (*hard.caveats, *notes)})
         if predicted is not None:
             return record_admission(req, hard, predicted, [], engine=engine, reserve=reserve, finished=clock(),
-                                    log_history=log_history)
+                                    log_history=log_history, before_record=before_record,
+                                    after_record=after_record)
         from evidence_store.journal import StoreJournal
 
         journal = StoreJournal(engine)
@@ -189,16 +209,21 @@ async def admit_async(
         cached = [e for e in evidence if e.outcome is not None]
         decision = dataclasses.replace(probe_decision(req, runs, cached), predictions=tuple(predictions.values()))
     return record_admission(req, hard, decision, runs, engine=engine, reserve=reserve, finished=clock(),
-                            log_history=log_history)
+                            log_history=log_history, before_record=before_record, after_record=after_record)
 
 
 def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list[ProbeRun], *, engine: Engine,
-                     reserve: bool, finished: dt.datetime, log_history: bool = False) -> Certificate:
+                     reserve: bool, finished: dt.datetime, log_history: bool = False,
+                     before_record: BeforeRecord | None = None,
+                     after_record: AfterRecord | None = None) -> Certificate:
     """The certificate of ``decision``, issued at ``finished``, with what it writes committed together:
     the probes' evidence, the booking (an ``admit`` with ``reserve``) and the certificate itself (with
     ``reserve``, or when a probe ran: its evidence then always has the certificate that explains it,
     with the predictions made before it — what calibrates the estimators, warm runs included).
-    Without probes and without ``reserve`` there is nothing to write, and no transaction."""
+    Without probes and without ``reserve`` there is nothing to write, and no transaction (and neither
+    hook is called). ``before_record(session)`` is asked before the first write: ``False`` writes nothing
+    and raises ``RecordingCancelled``. ``after_record(session, certificate)`` runs after the last write,
+    in the same transaction (an exception from it rolls everything back)."""
     from evidence_store.certificates import record_certificate
     from evidence_store.database import session_scope
     from evidence_store.errors import ReservationConflict
@@ -207,6 +232,8 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
     if not runs and not reserve and not log_history:  # nothing to write: no write transaction at all
         return make_certificate(req, hard, decision, finished)
     with session_scope(engine) as session:
+        if before_record is not None and not before_record(session):
+            raise RecordingCancelled("cancelled before its result was recorded: nothing was recorded")
         recorded_ids: list[str] = []
         for run in runs:
             out = record_evidence(session, probe_evidence(req, run, finished))
@@ -235,6 +262,8 @@ def record_admission(req: Request, hard: HardFit, decision: Decision, runs: list
             from evidence_store.admission_log import log_admissions
 
             log_admissions(session, [entry])
+        if after_record is not None:
+            after_record(session, cert)
     return cert
 
 

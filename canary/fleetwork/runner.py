@@ -4,7 +4,11 @@ agent.
 It claims probes through ``evidence_store.service.probe_queue`` (so one pair is probed once and one device runs
 one probe, however many processes there are), runs each through ``canary.admission.admit_async`` — the
 same core as ``canary admit`` — renews the probe's lease while it runs, and stops it (rollback, nothing
-recorded) when a caller cancels. On start and then periodically it aborts probes whose owner died:
+recorded) when a caller cancels: it polls the probe's cancel flag every ``CANCEL_POLL_S`` (and a cancel
+through this process's ``cancel_local`` stops it at once), and the transaction that would record the
+probe's evidence re-reads the flag under the row's lock and closes the row ``done`` itself
+(``probe_queue.may_record``), so a cancel either comes first and nothing is recorded, or finds the probe
+``done``. On start and then periodically it aborts probes whose owner died:
 their pair and device become free and their waiters see ``aborted`` with the reason, never a hang.
 
 Who runs which probes is the ``claim`` the runner is built with: a server process claims every device
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
 import socket
@@ -38,6 +43,10 @@ from evidence_store.service import probe_queue
 from evidence_store.service.probe_queue import ProbeTicket
 
 log = logging.getLogger("canary.fleetwork")
+
+#: How often a running probe's runner reads its cancel flag (one column by primary key), in seconds. The
+#: lease is renewed far less often (every third of ``lease_s``); a cancel is seen within this.
+CANCEL_POLL_S = 0.25
 
 HOST = socket.gethostname()
 
@@ -165,11 +174,23 @@ class ProbeRunner:
         self._wake = anyio.Event()
         self._done: dict[str, anyio.Event] = {}
         self._last_recovery = 0.0
+        # probes running in this process: their cancel scopes, until their result is recorded
+        self._cancellable: dict[str, anyio.CancelScope] = {}
 
     # ---------------------------------------------------------------- waiting (any process's probes)
 
     def wake(self) -> None:
         self._wake.set()
+
+    def cancel_local(self, probe_id: str) -> bool:
+        """Stop a probe this process runs, now (its cancel flag is already set in the store: the caller
+        ran ``probe_queue.cancel``). Whether it runs here and had not recorded its result yet; otherwise
+        its runner — here or in another process — sees the flag within ``CANCEL_POLL_S``."""
+        scope = self._cancellable.get(probe_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
 
     def done_event(self, probe_id: str) -> anyio.Event:
         return self._done.setdefault(probe_id, anyio.Event())
@@ -256,12 +277,22 @@ class ProbeRunner:
             tg.start_soon(self._run_one, ticket)
 
     async def _heartbeat(self, probe_id: str, scope: anyio.CancelScope, lost: list[str]) -> None:
+        """Read the probe's cancel flag every ``CANCEL_POLL_S`` and renew its lease every third of
+        ``lease_s``; cancel ``scope`` when a caller cancelled the probe or the lease was lost."""
         lease_s = self.settings.lease_s
+        renew_s = lease_s / 3
+        poll_s = min(CANCEL_POLL_S, renew_s)
+        renewed = anyio.current_time()
         while True:
-            await anyio.sleep(lease_s / 3)
+            await anyio.sleep(poll_s)
             try:
-                cancel = await self._db("probe_heartbeat", lambda s: probe_queue.heartbeat(
-                    s, probe_id, owner=self.owner, lease_s=lease_s, now=utcnow()))
+                if anyio.current_time() - renewed >= renew_s:
+                    cancel = await self._db("probe_heartbeat", lambda s: probe_queue.heartbeat(
+                        s, probe_id, owner=self.owner, lease_s=lease_s, now=utcnow()))
+                    renewed = anyio.current_time()
+                else:
+                    cancel = await self._db("probe_cancel_poll",
+                                            lambda s: probe_queue.cancel_requested(s, probe_id), read_only=True)
             except LeaseLost as exc:
                 lost.append(str(exc))
                 scope.cancel()
@@ -272,43 +303,73 @@ class ProbeRunner:
 
     async def _run_one(self, ticket: ProbeTicket) -> None:
         from canary.admission import admit_async
+        from canary.admission.flow import RecordingCancelled
         from canary.admission.request import QueuedRequest
+        from canary.certificate import Certificate
 
         state, cert_json, error = "failed", None, None
         lost: list[str] = []
+        closed: list[dict[str, Any]] = []  # the certificate, once the recording transaction closed the row
+
+        def before_record(session: Session) -> bool:
+            return probe_queue.may_record(session, ticket.id, owner=self.owner)
+
+        def after_record(session: Session, cert: Certificate) -> None:
+            document = json.loads(cert.to_json())
+            probe_queue.finish(session, ticket.id, owner=self.owner, state="done", now=utcnow(),
+                               certificate_json=document)
+            closed.append(document)
+            self._cancellable.pop(ticket.id, None)  # recorded: a cancel from now on changes nothing
+
         try:
             queued = QueuedRequest.read(ticket.request_json)
             req = queued.request(load_policy_fn=self.load_policy)
             scale = self.settings.sim_time_scale
             wrapper = (lambda m: PacedMonitor(m, scale)) if scale > 0 else None
+            cert: Certificate | None = None
+            failure: Exception | None = None
             with anyio.CancelScope() as scope:
+                self._cancellable[ticket.id] = scope
                 async with anyio.create_task_group() as hb:
                     hb.start_soon(self._heartbeat, ticket.id, scope, lost)
-                    cert = await admit_async(req, engine=self.engine, probe=True, seed=queued.seed,
-                                             reserve=queued.reserve, monitor_wrapper=wrapper,
-                                             evidence_as_of=queued.evidence_fresh_until)
+                    try:
+                        cert = await admit_async(req, engine=self.engine, probe=True, seed=queued.seed,
+                                                 reserve=queued.reserve, monitor_wrapper=wrapper,
+                                                 evidence_as_of=queued.evidence_fresh_until,
+                                                 before_record=before_record, after_record=after_record)
+                    except Exception as exc:  # raised below as itself, not inside the task group's ExceptionGroup
+                        failure = exc
                     hb.cancel_scope.cancel()
-            if scope.cancelled_caught:
+            if failure is not None:
+                raise failure
+            if closed:  # recorded, and the row closed 'done' in the same transaction
+                state, cert_json = "done", closed[0]
+            elif scope.cancelled_caught:
                 state = "aborted" if lost else "cancelled"
                 error = (f"lost the probe's lease: {lost[0]}" if lost else
                          "cancelled by a caller: the candidate was rolled back and no evidence was recorded")
-            else:
-                import json
-
+            elif cert is not None:  # nothing to write (no transaction): finish refuses 'done' if a cancel came
                 state, cert_json = "done", json.loads(cert.to_json())
+        except RecordingCancelled:
+            state, error = "cancelled", probe_queue.CANCELLED_BEFORE_RECORDING
         except anyio.get_cancelled_exc_class():
             state = "aborted"
             error = "the server stopped while the probe ran: the candidate was rolled back, nothing was recorded"
             raise
+        except LeaseLost as exc:  # recovery aborted the probe before it recorded: nothing was recorded
+            state, error = "aborted", f"lost the probe's lease: {exc}"
         except Exception as exc:
             state, error = "failed", f"{type(exc).__name__}: {exc}"
             log.warning("probe %s failed: %s", ticket.id, error)
         finally:
+            self._cancellable.pop(ticket.id, None)
             finished = utcnow()
-            with anyio.CancelScope(shield=True), contextlib.suppress(LeaseLost, Exception):
-                await self._db("probe_finish", lambda s: probe_queue.finish(
-                    s, ticket.id, owner=self.owner, state=state, now=finished, certificate_json=cert_json,
-                    error=error))
+            if not closed:
+                with anyio.CancelScope(shield=True), contextlib.suppress(LeaseLost, Exception):
+                    final: ProbeTicket = await self._db("probe_finish", lambda s: probe_queue.finish(
+                        s, ticket.id, owner=self.owner, state=state, now=finished, certificate_json=cert_json,
+                        error=error))
+                    state, cert_json = final.state, final.certificate_json
             if self.metrics is not None:
                 self.metrics.probe_finished(state, ticket.started_at, finished, cert_json)
             self.running -= 1

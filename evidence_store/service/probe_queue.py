@@ -15,6 +15,11 @@ Every server process (and, later, every node agent) coordinates through these ro
   ``devices`` restricts a claim to some devices (a node agent claims only its own).
 * The owner renews its lease with ``heartbeat``; ``recover_abandoned`` aborts running rows whose lease
   expired or whose owner is known dead, so their pair and device become free again.
+* A cancel (``cancel``) of a running probe sets its ``cancel_requested`` flag. Its owner polls the flag
+  (``cancel_requested``, a one-column read) and, in the transaction that records the probe's evidence,
+  re-reads it under the row's lock (``may_record``) and closes the row ``done`` in that same transaction:
+  a cancel either comes first and nothing is recorded, or finds the probe ``done``. ``finish`` never
+  closes a row ``done`` whose cancel was requested.
 * A probe for a device a node agent publishes is claimed only by that agent (``claim_next(devices=…)``);
   server processes leave it alone (``claim_next(exclude=…)``). ``submit_and_notify`` announces it to the
   agents at commit (PostgreSQL ``NOTIFY``); ``abort_orphaned_queued`` answers the waiters of probes
@@ -240,6 +245,27 @@ def heartbeat(session: Session, probe_id: str, *, owner: str, lease_s: float, no
     return bool(row.cancel_requested)
 
 
+def cancel_requested(session: Session, probe_id: str) -> bool:
+    """Whether a caller asked to cancel the probe: one primary-key read of one column, no lock (what a
+    runner polls while the probe runs; ``may_record`` is the locked read that decides)."""
+    flag = session.execute(select(ServeProbe.cancel_requested).where(ServeProbe.id == probe_id)).scalar_one_or_none()
+    return bool(flag)
+
+
+def may_record(session: Session, probe_id: str, *, owner: str) -> bool:
+    """In the transaction that would record the probe's evidence: lock the probe's row (``SELECT … FOR
+    UPDATE`` on PostgreSQL; SQLite's writing transaction holds the database) and say whether it may record —
+    not when a caller asked to cancel it. A ``cancel`` waits for this transaction, so it either came first
+    (``False``: record nothing) or sees the probe this transaction closes. ``LeaseLost`` when the probe is no
+    longer this owner's (recovery aborted it: it must not record either)."""
+    row = _owned_running(session, probe_id, owner)
+    return not row.cancel_requested
+
+
+CANCELLED_BEFORE_RECORDING = ("cancelled by a caller before the probe's result was recorded: the candidate was "
+                              "rolled back and nothing was recorded")
+
+
 def finish(
     session: Session,
     probe_id: str,
@@ -252,11 +278,15 @@ def finish(
 ) -> ProbeTicket:
     """Close a running probe: its pair and device become free. ``LeaseLost`` when no longer ours.
     ``certificate_json``: the certificate (a model, kept as its ``model_dump(mode="json")``, or that
-    JSON value itself)."""
+    JSON value itself). A probe whose cancel was requested is never closed ``done``: it ends ``cancelled``
+    without a certificate (the caller records evidence only after ``may_record`` in the same transaction,
+    so nothing of it was recorded)."""
     if state not in TERMINAL_STATES:
         raise InputError(f"not a final state: {state!r}", field="state")
     now = to_utc(now)
     row = _owned_running(session, probe_id, owner)
+    if state == "done" and row.cancel_requested:
+        state, certificate_json, error = "cancelled", None, CANCELLED_BEFORE_RECORDING
     _close(row, state, now, error=error,
            certificate_json=None if certificate_json is None else certificate_document(certificate_json))
     session.flush()
@@ -277,7 +307,8 @@ def _close(row: ServeProbe, state: str, now: datetime, *, certificate_json: dict
 
 def cancel(session: Session, probe_id: str, *, now: datetime) -> ProbeTicket | None:
     """Cancel a probe: a queued one ends at once; a running one is flagged, and its owner rolls it back
-    at its next heartbeat. A finished one is left as it is. ``None`` when there is no such probe."""
+    (it polls the flag, and checks it under lock before recording: ``may_record``). A finished one is
+    left as it is. ``None`` when there is no such probe."""
     now = to_utc(now)
     row = session.get(ServeProbe, probe_id, with_for_update=True)
     if row is None:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query
 
 from canary.admission import utcnow
 from canary.errors import InputError
+from canary.fleetwork.runner import CANCEL_POLL_S
 from canary.serve import schemas as S
 from canary.serve.auth import HttpProblem
 from canary.serve.deps import ERRORS, PROBLEM, Svc, require
@@ -84,24 +85,27 @@ async def get_probe(probe_id: str, svc: Svc,
 @router.delete("/v1/probes/{probe_id}", response_model=S.ProbeStatus, dependencies=[Depends(require("admit"))],
                responses={404: PROBLEM, **ERRORS})
 async def cancel_probe(probe_id: str, svc: Svc) -> S.ProbeStatus:
-    """Cancel: a queued probe ends at once (``cancelled``). A running one is flagged: its runner sees the
-    flag when it next renews the probe's lease (every third of ``probe_lease_s``), then rolls it back and
-    records nothing (``cancelled``); a probe that finishes before that ends ``done`` with its evidence
-    recorded. The answer's ``note`` says which may happen; GET the probe for its final state."""
+    """Cancel: a queued probe ends at once (``cancelled``). A running one is flagged and stopped: this
+    server stops it at once if it runs it, and any runner sees the flag within a quarter second; the
+    candidate is rolled back and nothing is recorded (``cancelled``). Only a probe whose result was
+    already recorded before the cancel ends ``done`` — and then the answer says ``already done``: the
+    transaction that records a probe's evidence re-reads the flag and closes the probe in one step. GET
+    the probe for its final state."""
     ticket = await anyio.to_thread.run_sync(
         lambda: svc.db("probe_cancel", lambda s: probe_queue.cancel(s, probe_id, now=utcnow())))
     if ticket is None:
         raise HttpProblem(404, f"no probe {probe_id!r}")
-    return probe_status(ticket).model_copy(update={"note": cancel_note(ticket, svc.config.probe_lease_s)})
+    if ticket.state == "running":
+        svc.runner.cancel_local(probe_id)  # a probe this process runs stops now; another's within CANCEL_POLL_S
+    return probe_status(ticket).model_copy(update={"note": cancel_note(ticket)})
 
 
-def cancel_note(ticket: ProbeTicket, lease_s: float) -> str:
+def cancel_note(ticket: ProbeTicket) -> str:
     """What a cancel does to a probe in ``ticket``'s state, said plainly (``DELETE``'s ``note``)."""
     if ticket.state == "cancelled":
         return "cancelled: nothing was recorded"
     if ticket.state == "running":
-        return (f"cancel requested: the probe's runner sees it when it next renews the lease (within "
-                f"{lease_s / 3:g} s), then rolls the candidate back and records nothing; a probe that finishes "
-                "before that ends 'done' with its evidence recorded (revoke it if it must not count). GET "
-                "this probe for its final state")
+        return (f"cancel requested: the probe is stopped (its runner sees the request within {CANCEL_POLL_S:g} s), "
+                "the candidate is rolled back and nothing is recorded: it ends 'cancelled' (or 'aborted' or 'failed' "
+                "if it stopped for another reason first), never 'done'. GET this probe for its final state")
     return f"already {ticket.state}: a cancel changes nothing"
