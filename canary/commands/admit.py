@@ -6,10 +6,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from canary.commands.fit import VERDICT_EXIT, add_fit_arguments
 from canary.errors import say
+
+if TYPE_CHECKING:
+    import datetime as dt
+
+    from sqlalchemy import Engine
+
+    from canary.admission.request import Request
 
 
 def add_parser(sub: Any) -> None:
@@ -30,7 +37,8 @@ def add_parser(sub: Any) -> None:
     fb.add_argument("--resident", action="append", default=[], metavar="PROFILE",
                     help="a resident's profile, added to the device's residents (repeatable)")
     fb.add_argument("--resident-name", required=True, help="which resident's SLO was violated")
-    fb.add_argument("--regime", help="the regime the pair was admitted under (default: follows the device)")
+    fb.add_argument("--regime", help="the regime the pair was admitted under (default: the regime of the pair's "
+                    "stored admission on this device; with none stored, the regime canary chooses)")
     fb.add_argument("--policy", help="policy name from policies/ or a file (default: default)")
     fb.add_argument("--slowdown-pct", type=float, help="the resident slowdown production observed, in percent "
                     "above its latency alone (> 0), if measured (default: not measured)")
@@ -160,8 +168,47 @@ def run_feedback(args: argparse.Namespace) -> int:
                          "production did not measure it", field="--slowdown-pct")
     req = load_request(args.device, args.profile, resident_paths=tuple(args.resident),
                        regime=args.regime, policy_ref=args.policy)
-    evidence_id = record_feedback(req, resident_name=args.resident_name, db_url=args.db,
-                                  observed_slowdown_pct=args.slowdown_pct, now=utcnow())
-    sys.stdout.write(f"recorded production SLO violation as evidence {evidence_id}; it outweighs earlier passes "
-                     f"for this pair until it expires\n")
+    from canary.admission.store import open_store_for_writing
+
+    engine = open_store_for_writing(args.db)
+    now = utcnow()
+    regime_from = "given with --regime"
+    if args.regime is None:
+        req, regime_from = _admitted_regime(args, req, engine, now)
+    evidence_id = record_feedback(req, resident_name=args.resident_name, db_url=args.db, engine=engine,
+                                  observed_slowdown_pct=args.slowdown_pct, now=now)
+    sys.stdout.write(f"recorded production SLO violation as evidence {evidence_id} under regime {req.regime} "
+                     f"({regime_from}); it outweighs earlier passes for this pair until it expires\n")
     return 0
+
+
+def _admitted_regime(args: argparse.Namespace, req: Request, engine: Engine, now: dt.datetime
+                     ) -> tuple[Request, str]:
+    """The request under the regime the pair's stored admission on this device was decided under — as
+    ``POST /v1/feedback`` resolves it (``canary.serve.feedback.admitted_regimes``: one whose booking is
+    still held first) — and where that regime came from. Several: ``UsageError`` naming ``--regime``.
+    None stored: the regime canary chooses now, and the answer says so."""
+    from canary.admission import load_request
+    from canary.errors import UsageError
+    from canary.serve.feedback import admitted_regimes
+    from evidence_store.database import session_scope
+
+    resident = next((r for r in req.snapshot.residents if r.name == args.resident_name), None)
+    if resident is None:  # record_feedback names the residents there are
+        return req, f"canary chose it: {req.regime_chosen_by}"
+    with session_scope(engine, read_only=True) as session:
+        admitted = admitted_regimes(session, req, resident, now)
+    if len(admitted) > 1:
+        held = " with bookings held" if admitted[0].held else ""
+        raise UsageError(
+            f"the pair ({args.resident_name}, {req.candidate.name}@{req.candidate.version}) was admitted on this "
+            f"device under {len(admitted)} regimes{held}: "
+            f"{', '.join(f'{a.regime} (certificate {a.certificate_id[:8]})' for a in admitted)}; say which one the "
+            "violation was seen under with --regime", field="--regime")
+    if not admitted:
+        return req, f"no admission of this pair on this device is stored, so canary chose it: {req.regime_chosen_by}"
+    one = admitted[0]
+    req = load_request(args.device, args.profile, resident_paths=tuple(args.resident), regime=one.regime,
+                       policy_ref=args.policy)
+    return req, (f"the regime of the stored admission of this pair, certificate {one.certificate_id}, booking "
+                 f"{'held' if one.held else 'released or expired'}")
