@@ -80,7 +80,10 @@ def test_the_stored_form_is_read_and_written_in_one_place() -> None:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} reads request_json")
             if isinstance(node, ast.Dict):
                 keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
-                if {"device", "candidate", "policy"} <= keys:
+                # A table of field names to option names (every value a string constant, as the CLI's
+                # 'body.regime' → '--regime') holds no request; a stored request holds documents.
+                names_only = all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in node.values)
+                if {"device", "candidate", "policy"} <= keys and not names_only:
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} writes a request by hand")
     known = {"canary/admission/store.py"}  # history_entry: see the report of the change that added this test
     assert [o for o in offenders if Path(o.split(":")[0]).as_posix() not in known] == [], offenders
