@@ -190,7 +190,7 @@ def _admitted_regime(args: argparse.Namespace, req: Request, engine: Engine, now
     None stored: the regime canary chooses now, and the answer says so."""
     from canary.admission import load_request
     from canary.errors import UsageError
-    from canary.serve.feedback import admitted_regimes
+    from canary.serve.feedback import admitted_regimes, several_regimes
     from evidence_store.database import session_scope
 
     resident = next((r for r in req.snapshot.residents if r.name == args.resident_name), None)
@@ -199,12 +199,7 @@ def _admitted_regime(args: argparse.Namespace, req: Request, engine: Engine, now
     with session_scope(engine, read_only=True) as session:
         admitted = admitted_regimes(session, req, resident, now)
     if len(admitted) > 1:
-        held = " with bookings held" if admitted[0].held else ""
-        raise UsageError(
-            f"the pair ({args.resident_name}, {req.candidate.name}@{req.candidate.version}) was admitted on this "
-            f"device under {len(admitted)} regimes{held}: "
-            f"{', '.join(f'{a.regime} (certificate {a.certificate_id[:8]})' for a in admitted)}; say which one the "
-            "violation was seen under with --regime", field="--regime")
+        raise UsageError(several_regimes(args.resident_name, req, admitted) + " with --regime", field="--regime")
     if not admitted:
         return req, f"no admission of this pair on this device is stored, so canary chose it: {req.regime_chosen_by}"
     one = admitted[0]

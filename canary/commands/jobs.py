@@ -405,6 +405,7 @@ def run_recover(args: argparse.Namespace) -> int:
 
     from canary.admission import open_store_for_writing, utcnow
     from canary.admission.recovery import recover_store
+    from canary.fleetwork.runner import process_alive
     from evidence_store import warm_queue
     from evidence_store.database import session_scope
 
@@ -413,7 +414,7 @@ def run_recover(args: argparse.Namespace) -> int:
     # A fleet warm node killed on this host (SIGKILL) leaves its pair leased until the lease expires:
     # released now, so a rerun of the run claims it at once. Holders on other hosts keep their leases.
     with session_scope(engine) as session:
-        released = warm_queue.release_dead_local(session, host=socket.gethostname(), pid_alive=_pid_alive,
+        released = warm_queue.release_dead_local(session, host=socket.gethostname(), pid_alive=process_alive,
                                                  now=utcnow())
     if args.json:
         sys.stdout.write(json.dumps([{**p.__dict__, "lease_expired_at": p.lease_expired_at.isoformat()}
@@ -430,19 +431,6 @@ def run_recover(args: argparse.Namespace) -> int:
                          + (f"; {len(released)} fleet warm lease(s) of dead local processes released"
                             if released else "") + "\n")
     return 4 if report.failed else 0
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this host (one another user owns counts as running)."""
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def run_warm_history(args: argparse.Namespace) -> int:

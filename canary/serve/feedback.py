@@ -65,3 +65,13 @@ def admitted_regimes(session: Session, req: Request, resident: Resident, now: dt
     if any(a.held for a in admitted):
         return [a for a in admitted if a.held]
     return admitted
+
+
+def several_regimes(resident_name: str, req: Request, admitted: list[Admitted]) -> str:
+    """Why feedback without a regime cannot be placed: the pair was admitted under several (the words
+    of ``POST /v1/feedback`` and of ``canary feedback``; each adds where the regime is given)."""
+    held = " with bookings held" if admitted[0].held else ""
+    return (f"the pair ({resident_name}, {req.candidate.name}@{req.candidate.version}) was admitted on this device "
+            f"under {len(admitted)} regimes{held}: "
+            f"{', '.join(f'{a.regime} (certificate {a.certificate_id[:8]})' for a in admitted)}; say which one the "
+            "violation was seen under")

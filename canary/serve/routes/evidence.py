@@ -137,7 +137,7 @@ async def feedback(body: S.FeedbackRequest, svc: Svc) -> S.FeedbackResponse:
 
     def work() -> S.FeedbackResponse:
         from canary.admission.request import pair_key
-        from canary.serve.feedback import admitted_regimes
+        from canary.serve.feedback import admitted_regimes, several_regimes
 
         now = utcnow()
         req = svc.resolve(body).request
@@ -149,12 +149,7 @@ async def feedback(body: S.FeedbackRequest, svc: Svc) -> S.FeedbackResponse:
                 admitted = svc.db("feedback_regime", lambda s: admitted_regimes(s, req, resident, now),
                                   read_only=True)
                 if len(admitted) > 1:
-                    held = " with bookings held" if admitted[0].held else ""
-                    raise InputError(
-                        f"the pair ({body.resident_name}, {req.candidate.name}@{req.candidate.version}) was admitted "
-                        f"on this device under {len(admitted)} regimes{held}: "
-                        f"{', '.join(f'{a.regime} (certificate {a.certificate_id[:8]})' for a in admitted)}; "
-                        "say which one the violation was seen under", field="regime")
+                    raise InputError(several_regimes(body.resident_name, req, admitted), field="regime")
                 if admitted:
                     one = admitted[0]
                     req = svc.resolve(body.model_copy(update={"regime": one.regime})).request
