@@ -119,12 +119,17 @@ def release(session: Session, item: WarmItem, *, now: datetime) -> bool:
     row = session.get(WarmQueue, item.id, with_for_update=True)
     if row is None or row.state != "leased" or row.owner != item.owner:
         return False
+    _requeue(row, now)
+    session.flush()
+    return True
+
+
+def _requeue(row: WarmQueue, now: datetime) -> None:
+    """A leased row back in the queue: no owner, no lease."""
     row.state = "queued"
     row.owner = None
     row.lease_expires_at = None
     row.updated_at = to_utc(now)
-    session.flush()
-    return True
 
 
 def release_dead_local(session: Session, *, host: str, pid_alive: Callable[[int], bool],
@@ -141,10 +146,7 @@ def release_dead_local(session: Session, *, host: str, pid_alive: Callable[[int]
         if holder_host != host or pid is None or pid_alive(pid):
             continue
         released.append((row.id, str(row.owner)))
-        row.state = "queued"
-        row.owner = None
-        row.lease_expires_at = None
-        row.updated_at = to_utc(now)
+        _requeue(row, now)
     session.flush()
     return released
 
