@@ -36,6 +36,9 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(
         store_database, "DEFAULT_RETRY", RetryPolicy(attempts=3, initial_wait_s=0.01, max_wait_s=0.02)
     )
+    # Whole rows, whatever width the test runner's environment gives (a worker may set $COLUMNS): the
+    # tests read columns by their headers, and a narrow table drops some.
+    monkeypatch.delenv("COLUMNS", raising=False)
 
     def run(*argv: str) -> tuple[int, str, str]:
         code = _run(build_parser(modules=("evidence", "reservations", "db")), list(argv))
